@@ -1,0 +1,84 @@
+"""The Engine protocol: given what a reply has so far, choose its next action.
+
+An engine never touches the database or runs a tool itself; the runtime does
+both, records the step, and hands the engine's new state back next time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from chats.models import Conversation, Turn
+    from chats.tools.registry import Tool
+
+
+@dataclass(frozen=True)
+class Line:
+    """One transcript line as an engine sees it."""
+
+    role: str
+    kind: str
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    conversation: Conversation
+    turn: Turn
+    system_text: str
+    load_transcript: Callable[[], tuple[Line, ...]]
+    notes: tuple[str, ...]
+    tools: tuple[Tool, ...]
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    tool: str
+    args: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Say:
+    text: str
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A question to the person: the reply ends needing them."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class End:
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class Fail:
+    reason: str
+
+
+Action = ToolCall | Say | Ask | End | Fail
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    state: dict[str, Any]
+    delay: float = 0.0
+
+
+class Engine(Protocol):
+    name: str
+
+    def next_action(self, given: EngineInput) -> Decision: ...
+
+
+class EngineError(Exception):
+    """The engine could not choose; the reply fails with this reason."""

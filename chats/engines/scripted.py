@@ -1,0 +1,101 @@
+"""The scripted engine: a chat's assistant plays a JSON script, deterministically.
+
+A script is a list of replies; each reply is a list of actions, played in
+order. Reply N of a chat plays the script's reply N. Actions:
+
+- ``{"tool": "edit_file", "args": {...}}`` a tool call (a step);
+- ``{"say": "text"}`` words from the assistant;
+- ``{"ask": "question"}`` a question: the reply ends needing the person;
+- ``{"fail": "reason"}`` the reply fails;
+- any action may carry ``"delay": seconds``, for demos.
+
+After its last action the reply ends. A chat with no script left says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chats.engines.base import Ask, Decision, End, EngineError, EngineInput, Fail, Say, ToolCall
+
+ACTION_KEYS = ("tool", "say", "ask", "fail")
+OUT_OF_SCRIPT = "(The script has no more replies for this chat.)"
+
+
+class ScriptError(ValueError):
+    """A script that cannot be played; the message names the place."""
+
+
+def validate_script(script: Any, *, where: str = "script") -> list[list[dict[str, Any]]]:
+    """Check a script's shape; raise ScriptError naming the bad action."""
+    from chats.tools.registry import ToolError, UnknownTool, get_tool, validate_args
+
+    if not isinstance(script, list):
+        raise ScriptError(f"{where} must be a list of replies.")
+    for r, reply in enumerate(script):
+        if not isinstance(reply, list):
+            raise ScriptError(f"{where}[{r}] must be a list of actions.")
+        for a, action in enumerate(reply):
+            place = f"{where}[{r}][{a}]"
+            if not isinstance(action, dict):
+                raise ScriptError(f"{place} must be an object.")
+            kinds = [k for k in ACTION_KEYS if k in action]
+            if len(kinds) != 1:
+                raise ScriptError(f"{place} must have exactly one of {', '.join(ACTION_KEYS)}.")
+            unknown = set(action) - set(ACTION_KEYS) - {"args", "delay"}
+            if unknown:
+                raise ScriptError(f"{place} has unknown keys: {', '.join(sorted(unknown))}.")
+            delay = action.get("delay", 0)
+            if (
+                not isinstance(delay, int | float)
+                or isinstance(delay, bool)
+                or not 0 <= delay <= 60
+            ):
+                raise ScriptError(f"{place}.delay must be a number of seconds from 0 to 60.")
+            kind = kinds[0]
+            if kind == "tool":
+                try:
+                    tool = get_tool(action["tool"])
+                    validate_args(tool, action.get("args", {}))
+                except UnknownTool as exc:
+                    raise ScriptError(f"{place}: {exc}") from None
+                except ToolError as exc:
+                    raise ScriptError(f"{place}: {exc}") from None
+            elif not isinstance(action[kind], str):
+                raise ScriptError(f"{place}.{kind} must be text.")
+    return script
+
+
+class ScriptedEngine:
+    name = "scripted"
+
+    def next_action(self, given: EngineInput) -> Decision:
+        script = given.conversation.script or []
+        state = dict(given.state)
+        reply_index = state.setdefault("reply", given.turn.number - 1)
+        position = state.get("pos", 0)
+        if reply_index >= len(script):
+            if position == 0:
+                return Decision(Say(OUT_OF_SCRIPT), {**state, "pos": 1})
+            return Decision(End(), state)
+        reply = script[reply_index]
+        if not isinstance(reply, list):
+            raise EngineError(f"The script's reply {reply_index + 1} is not a list of actions.")
+        if position >= len(reply):
+            return Decision(End(), state)
+        action = reply[position]
+        next_state = {**state, "pos": position + 1}
+        delay = float(action.get("delay", 0) or 0)
+        if "tool" in action:
+            return Decision(
+                ToolCall(action["tool"], dict(action.get("args", {}))), next_state, delay
+            )
+        if "say" in action:
+            return Decision(Say(action["say"]), next_state, delay)
+        if "ask" in action:
+            return Decision(Ask(action["ask"]), next_state, delay)
+        if "fail" in action:
+            return Decision(Fail(action["fail"]), next_state, delay)
+        raise EngineError(
+            f"The script's reply {reply_index + 1}, action {position + 1}, is not an action."
+        )

@@ -1,0 +1,168 @@
+"""The one way a change reaches browsers and watchers.
+
+Services call :func:`publish` inside their transaction. The event gets the
+owner's next sequence number there, and goes out only after the transaction
+commits (``transaction.on_commit``): to the owner's Channels group, where the
+consumer renders the same partials the views render, and to in-process
+subscribers such as the runner and the waits.
+
+Channel layers deliver at most once, so an event is a hint. A page that sees
+a gap in the numbers, or reconnects, fetches its state again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.db.models import F
+
+log = logging.getLogger(__name__)
+
+CONVERSATION_UPDATED = "conversation.updated"
+STATUS = "status"
+CONVERSATION_DELETED = "conversation.deleted"
+TASK_CHANGED = "task.changed"
+CHATS_LISTED = "chats.listed"
+CHAT_MESSAGE = "chat.message"
+TURN_RUNNABLE = "turn.runnable"
+
+EVENT_TYPES = frozenset(
+    {
+        CONVERSATION_UPDATED,
+        STATUS,
+        CONVERSATION_DELETED,
+        TASK_CHANGED,
+        CHATS_LISTED,
+        CHAT_MESSAGE,
+        TURN_RUNNABLE,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    owner_id: int
+    seq: int
+    conversation_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def as_message(self) -> dict[str, Any]:
+        """The Channels message; ``type`` routes to the consumer's ``conch_event``."""
+        return {
+            "type": "conch.event",
+            "event": self.type,
+            "seq": self.seq,
+            "conversation_id": self.conversation_id,
+            "data": self.data,
+        }
+
+
+def owner_group(owner_id: int) -> str:
+    return f"owner.{owner_id}"
+
+
+_server_loop: asyncio.AbstractEventLoop | None = None
+
+
+def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Remember the server's event loop (the consumers call this on connect).
+
+    The in-memory channel layer's queues belong to that loop; a runner thread
+    must hand its sends to it rather than run them on a loop of its own.
+    """
+    global _server_loop
+    _server_loop = loop
+
+
+def _group_send(group: str, message: dict[str, Any]) -> None:
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    loop = _server_loop
+    if loop is not None and loop.is_running() and not loop.is_closed():
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not loop:
+            asyncio.run_coroutine_threadsafe(layer.group_send(group, message), loop).result(
+                timeout=10
+            )
+            return
+    async_to_sync(layer.group_send)(group, message)
+
+
+Subscriber = Callable[[Event], None]
+_subscribers: list[Subscriber] = []
+_subscribers_lock = threading.Lock()
+
+
+def subscribe(callback: Subscriber) -> Callable[[], None]:
+    """Call ``callback`` with every event this process publishes. Returns an unsubscribe."""
+    with _subscribers_lock:
+        _subscribers.append(callback)
+
+    def unsubscribe() -> None:
+        with _subscribers_lock:
+            if callback in _subscribers:
+                _subscribers.remove(callback)
+
+    return unsubscribe
+
+
+def _next_seq(owner_id: int) -> int:
+    from chats.models import EventStream
+
+    with transaction.atomic():
+        updated = EventStream.objects.filter(owner_id=owner_id).update(seq=F("seq") + 1)
+        if not updated:
+            EventStream.objects.get_or_create(owner_id=owner_id)
+            EventStream.objects.filter(owner_id=owner_id).update(seq=F("seq") + 1)
+        return EventStream.objects.values_list("seq", flat=True).get(owner_id=owner_id)
+
+
+def current_seq(owner_id: int) -> int:
+    from chats.models import EventStream
+
+    return EventStream.objects.filter(owner_id=owner_id).values_list("seq", flat=True).first() or 0
+
+
+def publish(
+    event_type: str,
+    *,
+    owner_id: int,
+    conversation_id: str | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Number the event now, send it once the surrounding transaction commits."""
+    if event_type not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {event_type!r}")
+    seq = _next_seq(owner_id)
+    event = Event(event_type, owner_id, seq, conversation_id, dict(data or {}))
+    transaction.on_commit(lambda: _deliver(event))
+
+
+def _deliver(event: Event) -> None:
+    with _subscribers_lock:
+        subscribers = list(_subscribers)
+    for callback in subscribers:
+        try:
+            callback(event)
+        except Exception:  # a watcher's bug must not stop the others, nor the writer
+            log.exception("event subscriber failed on %s", event.type)
+    if event.type == TURN_RUNNABLE:
+        return  # for runners only; browsers learn from the status events
+    try:
+        _group_send(owner_group(event.owner_id), event.as_message())
+    except Exception:  # at most once: a page that misses it sees the gap and refetches
+        log.warning("could not send %s to the channel layer", event.type, exc_info=True)

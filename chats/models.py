@@ -1,0 +1,465 @@
+"""The chat runtime's records: personas, chats, their transcripts, replies and steps.
+
+Writes go through the services in ``chats.runtime``; these classes hold the
+fields, the states and the guards a row needs for itself.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+def _new_public_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+def new_chat_id() -> str:
+    return _new_public_id("c")
+
+
+def new_task_id() -> str:
+    return _new_public_id("t")
+
+
+class Agent(models.Model):
+    """A persona: its own workspace, auth profiles, allowed tools and sessions."""
+
+    slug = models.SlugField(max_length=64, unique=True, help_text="The agentId in session keys.")
+    name = models.CharField(max_length=120)
+    workspace = models.CharField(max_length=1024, help_text="The folder this persona works in.")
+    is_default = models.BooleanField(default=False)
+    allowed_tools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Tool names this persona may use; empty means every tool.",
+    )
+    system_text = models.TextField(
+        blank=True, help_text="The persona's own part of the system text."
+    )
+    engine = models.CharField(max_length=32, default="scripted")
+    engine_config = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["is_default"], condition=Q(is_default=True), name="one_default_agent"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+
+class AuthProfile(models.Model):
+    """Credentials that belong to one persona and never reach another."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="auth_profiles")
+    name = models.CharField(max_length=64)
+    provider = models.CharField(max_length=64, blank=True)
+    secret = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "name"], name="auth_profile_name_per_agent")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent.slug}:{self.name}"
+
+    @property
+    def masked(self) -> str:
+        if not self.secret:
+            return ""
+        return "•" * 8 + self.secret[-4:] if len(self.secret) > 8 else "•" * 8
+
+
+class Binding(models.Model):
+    """A rule mapping an inbound origin to an agent. Every field it sets must match."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="bindings")
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128, blank=True, help_text='"*" for any account.')
+    peer = models.CharField(max_length=128, blank=True)
+    parent_peer = models.CharField(max_length=128, blank=True)
+    guild_id = models.CharField(max_length=128, blank=True)
+    roles = models.JSONField(default=list, blank=True)
+    team_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_fields().items()]
+        return f"{' '.join(parts)} → {self.agent.slug}"
+
+    def match_fields(self) -> dict[str, object]:
+        fields = {"channel": self.channel}
+        for name in ("account_id", "peer", "parent_peer", "guild_id", "team_id"):
+            value = getattr(self, name)
+            if value:
+                fields[name] = value
+        if self.roles:
+            fields["roles"] = sorted(self.roles)
+        return fields
+
+
+class Status(models.TextChoices):
+    """A chat's state, as the chat list has it."""
+
+    WORKING = "working", "working"
+    NEEDS_YOU = "needs_you", "needs you"
+    IDLE = "idle", "idle"
+    STOPPED = "stopped", "stopped"
+
+
+class Origin(models.TextChoices):
+    OWN = "own", "your chat"
+    CHAT_APP = "chat_app", "a chat app"
+    ROUTINE = "routine", "a routine"
+    TASK = "task", "a task"
+    PEER = "peer", "an outside agent"
+    CLIENT = "client", "another app"
+    ARTIFACT = "artifact", "an artifact"
+
+
+class Taint(models.TextChoices):
+    """What a chat has read from outside, or whose words are in it. Only ever grows."""
+
+    NONE = "none", "none"
+    UNTRUSTED = "untrusted", "read something from outside"
+    PERSON = "person", "someone else's words"
+
+
+TAINT_ORDER = {Taint.NONE: 0, Taint.UNTRUSTED: 1, Taint.PERSON: 2}
+
+
+class Inbound(models.TextChoices):
+    """Whether messages from other chats are let in. Unset (blank) means accept."""
+
+    ACCEPT = "accept", "Let them in"
+    HOLD = "hold", "Hold them for me"
+    REFUSE = "refuse", "Turn them away"
+
+
+class Mode(models.TextChoices):
+    ASK = "ask", "Ask"
+    AUTO = "auto", "Auto"
+    PLAN = "plan", "Plan"
+
+
+class Conversation(models.Model):
+    """A chat. A gateway session is a chat with a ``session_key``."""
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_chat_id, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chats"
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="chats")
+    title = models.CharField(max_length=120)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IDLE)
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.OWN)
+    origin_channel = models.CharField(
+        max_length=32, blank=True, help_text="For chat-app chats: Telegram, Slack…"
+    )
+    parent = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        help_text="A task's chat points to the chat that started it.",
+    )
+    folder = models.CharField(max_length=1024)
+    place = models.CharField(
+        max_length=128, default="local", help_text="The computer the chat works on."
+    )
+    archived = models.BooleanField(default=False)
+    pinned = models.BooleanField(default=False)
+    taint = models.CharField(max_length=16, choices=Taint.choices, default=Taint.NONE)
+    inbound = models.CharField(max_length=16, choices=Inbound.choices, blank=True, default="")
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.AUTO)
+    script = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="For the scripted engine: the replies this chat's assistant plays.",
+    )
+    session_key = models.CharField(max_length=512, null=True, blank=True)
+    session_started_at = models.DateTimeField(default=timezone.now)
+    last_interaction_at = models.DateTimeField(default=timezone.now)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-last_interaction_at"]
+        indexes = [
+            models.Index(
+                fields=["owner", "status", "last_interaction_at"], name="chat_owner_status"
+            ),
+            models.Index(
+                fields=["owner", "archived", "last_interaction_at"], name="chat_owner_recent"
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["session_key"],
+                condition=Q(session_key__isnull=False, archived=False),
+                name="one_active_session_per_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.public_id})"
+
+    @property
+    def effective_inbound(self) -> str:
+        return self.inbound or Inbound.ACCEPT
+
+    def taint_at_least(self, taint: str) -> bool:
+        return TAINT_ORDER[Taint(self.taint)] >= TAINT_ORDER[Taint(taint)]
+
+
+class EntryRole(models.TextChoices):
+    PERSON = "person", "person"
+    ASSISTANT = "assistant", "assistant"
+    TOOL = "tool", "tool"
+    CONCH = "conch", "Conch"
+
+
+class EntryKind(models.TextChoices):
+    MESSAGE = "message", "message"
+    NOTE = "note", "note"
+    CARD = "card", "card"
+    RECAP = "recap", "recap"
+
+
+class Entry(models.Model):
+    """One append-only line of a chat's transcript."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="entries")
+    turn = models.ForeignKey(
+        "Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="entries"
+    )
+    seq = models.PositiveIntegerField()
+    role = models.CharField(max_length=16, choices=EntryRole.choices)
+    kind = models.CharField(max_length=16, choices=EntryKind.choices, default=EntryKind.MESSAGE)
+    text = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["conversation_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "seq"], name="entry_seq_per_chat")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}#{self.seq} {self.role}/{self.kind}"
+
+
+class TurnState(models.TextChoices):
+    RUNNING = "running", "running"
+    COMPLETED = "completed", "completed"
+    NEEDS_YOU = "needs_you", "needs you"
+    STOPPED = "stopped", "stopped"
+    FAILED = "failed", "failed"
+    INTERRUPTED = "interrupted", "interrupted"
+    RECOVERY_PENDING = "recovery_pending", "recovery pending"
+
+
+ENDED_TURN_STATES = frozenset(
+    {TurnState.COMPLETED, TurnState.STOPPED, TurnState.FAILED, TurnState.INTERRUPTED}
+)
+
+
+class StartedBy(models.TextChoices):
+    PERSON = "person", "the person"
+    MESSAGE = "message", "a message from another chat"
+    WAIT = "wait", "a wait ending"
+    ROUND = "round", "a round"
+    TASK = "task", "a task starting"
+    GATEWAY = "gateway", "the gateway"
+    RECOVERY = "recovery", "recovery"
+
+
+class Lane(models.TextChoices):
+    FOREGROUND = "foreground", "foreground"
+    SUBAGENT = "subagent", "subagent"
+    CRON = "cron", "cron"
+
+
+class Turn(models.Model):
+    """One reply of the assistant, from start to end."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
+    number = models.PositiveIntegerField(help_text="1 for a chat's first reply.")
+    state = models.CharField(max_length=20, choices=TurnState.choices, default=TurnState.RUNNING)
+    started_by = models.CharField(
+        max_length=16, choices=StartedBy.choices, default=StartedBy.PERSON
+    )
+    lane = models.CharField(max_length=16, choices=Lane.choices, default=Lane.FOREGROUND)
+    chain_id = models.CharField(max_length=40, blank=True, db_index=True)
+    folder = models.CharField(max_length=1024)
+    place = models.CharField(max_length=128, default="local")
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    step_family = models.CharField(
+        max_length=64, blank=True, help_text="The running step's family."
+    )
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    files_changed = models.JSONField(
+        default=list, blank=True, help_text="Full paths, in order first changed."
+    )
+    unwatched = models.BooleanField(default=False)
+    engine_state = models.JSONField(default=dict, blank=True)
+    pending_action = models.JSONField(
+        null=True, blank=True, help_text="A request waiting for the person's Approve or Deny."
+    )
+    end_reason = models.TextField(blank=True)
+    claimed_by = models.CharField(max_length=128, blank=True, db_index=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["conversation_id", "number"]
+        indexes = [
+            models.Index(fields=["state", "claimed_by"], name="turn_runnable"),
+        ]
+        constraints = [
+            models.UniqueConstraint(fields=["conversation", "number"], name="turn_number_per_chat"),
+            models.UniqueConstraint(
+                fields=["conversation"],
+                condition=Q(ended_at__isnull=True),
+                name="one_open_turn_per_chat",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id} reply {self.number} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        """Not ended: running, waiting for the person's OK, or pending recovery."""
+        return self.ended_at is None
+
+
+class Effect(models.TextChoices):
+    READ = "read", "read"
+    WRITE = "write", "write"
+
+
+class Step(models.Model):
+    """One tool call inside a reply."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="steps")
+    number = models.PositiveIntegerField()
+    tool = models.CharField(max_length=64)
+    family = models.CharField(max_length=64)
+    effect = models.CharField(max_length=8, choices=Effect.choices)
+    args = models.JSONField(default=dict, blank=True, help_text="Arguments, with secrets scrubbed.")
+    result = models.TextField(blank=True, help_text="What the tool said, cut short.")
+    error = models.TextField(blank=True)
+    files = models.JSONField(default=list, blank=True, help_text="Full paths this step changed.")
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["turn_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "number"], name="step_number_per_turn")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.turn_id}.{self.number} {self.tool}"
+
+
+class QueuedInput(models.Model):
+    """The person's message that arrived during a running reply; the next reply takes it."""
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="queued_inputs"
+    )
+    text = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+    taken_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"queued for {self.conversation_id}"
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued", "queued"
+    WAITING_FOR_ROOM = "waiting_for_room", "waiting for room"
+    WAITING_FOR_OK = "waiting_for_ok", "waiting for your OK"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    UNVERIFIED = "unverified", "unverified"
+    FAILED = "failed", "failed"
+    STOPPED = "stopped", "stopped"
+    INTERRUPTED = "interrupted", "interrupted"
+
+
+TASK_GOING_STATES = frozenset(
+    {TaskState.QUEUED, TaskState.WAITING_FOR_ROOM, TaskState.WAITING_FOR_OK, TaskState.RUNNING}
+)
+
+
+class Task(models.Model):
+    """Background work a chat started. It runs as a chat of its own, on the subagent lane."""
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_task_id, editable=False)
+    parent = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="tasks")
+    chat = models.OneToOneField(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_record"
+    )
+    title = models.CharField(max_length=120)
+    prompt = models.TextField(blank=True)
+    state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.QUEUED)
+    result = models.TextField(blank=True)
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["state", "created_at"], name="task_state")]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.public_id})"
+
+    @property
+    def is_going(self) -> bool:
+        return self.state in TASK_GOING_STATES
+
+
+class SignInToken(models.Model):
+    """The one-time link `conch serve` prints, like Jupyter's token URL."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"sign-in for {self.user} ({'used' if self.used_at else 'unused'})"
+
+
+class EventStream(models.Model):
+    """Each owner's event sequence: the numbers let a page notice a gap and refetch."""
+
+    owner = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="event_stream"
+    )
+    seq = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"events for {self.owner} at {self.seq}"

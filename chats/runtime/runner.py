@@ -1,0 +1,215 @@
+"""The runner: claims runnable replies and drives them step by step, on threads.
+
+One lives in the server process (started by ``conch serve``, not by the first
+request) and any number in ``conch worker`` processes. Claims are row-locked
+and conditional, so each reply runs exactly once whatever the number of runners.
+Sweeps (recovery, room for tasks, and what later features register) run on
+their own period.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from chats import events
+from chats.runtime import services
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Sweep:
+    name: str
+    every: float
+    run: Callable[[], object]
+    last: float = 0.0
+
+
+_sweeps: list[Sweep] = []
+
+
+def register_sweep(name: str, every: float, run: Callable[[], object]) -> None:
+    """A periodic job for every runner (waits' 30-second look, maintenance, schedules)."""
+    if all(s.name != name for s in _sweeps):
+        _sweeps.append(Sweep(name, every, run))
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        name: str | None = None,
+        threads: int | None = None,
+        lone: bool = True,
+        honour_delays: bool = True,
+        poll: float = 1.0,
+    ) -> None:
+        self.name = name or worker_name()
+        self.threads = threads or settings.CONCH_RUNNER_THREADS
+        self.lone = lone  # the only runner: every claimed turn at start is an orphan
+        self.honour_delays = honour_delays
+        self.poll = poll
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._active: set[int] = set()
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._thread: threading.Thread | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+        self.turns_driven = 0
+
+    # -- lifecycle ---------------------------------------------------------
+
+    def start(self) -> Runner:
+        self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="conch-turn")
+        self._unsubscribe = events.subscribe(self._on_event)
+        self._thread = threading.Thread(target=self._loop, name="conch-runner", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._unsubscribe:
+            self._unsubscribe()
+        if self._thread:
+            self._thread.join(timeout)
+        if self._pool:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def nudge(self) -> None:
+        self._wake.set()
+
+    def _on_event(self, event: events.Event) -> None:
+        if event.type in (events.TURN_RUNNABLE, events.STATUS, events.TASK_CHANGED):
+            self._wake.set()
+
+    # -- the loop ------------------------------------------------------------
+
+    def _loop(self) -> None:
+        import time
+
+        try:
+            services.turns_recover(orphaned_only=not self.lone)
+            services.tasks_make_room()
+        except Exception:
+            log.exception("recovery at start failed")
+        finally:
+            close_old_connections()
+        while not self._stop.is_set():
+            try:
+                self.tick()
+                now = time.monotonic()
+                for sweep in list(_sweeps):
+                    if now - sweep.last >= sweep.every:
+                        sweep.last = now
+                        try:
+                            sweep.run()
+                        except Exception:
+                            log.exception("sweep %s failed", sweep.name)
+            except Exception:
+                log.exception("runner tick failed")
+            finally:
+                close_old_connections()
+            self._wake.wait(self.poll)
+            self._wake.clear()
+        connection.close()
+
+    def tick(self) -> list[int]:
+        """Claim what there is room for and hand each turn to a thread."""
+        if not self.lone:
+            services.turns_recover(orphaned_only=True)
+        with self._lock:
+            room = self.threads - len(self._active)
+        claimed = services.turn_claim(worker=self.name, limit=room)
+        for turn_id in claimed:
+            with self._lock:
+                self._active.add(turn_id)
+            assert self._pool is not None
+            self._pool.submit(self._drive, turn_id)
+        return claimed
+
+    def _drive(self, turn_id: int) -> None:
+        try:
+            self.drive(turn_id)
+        except Exception:
+            log.exception("driving turn %s failed", turn_id)
+            try:
+                from chats.models import Turn, TurnState
+
+                turn = Turn.objects.get(pk=turn_id)
+                services.turn_end(
+                    turn=turn, state=TurnState.FAILED, reason="Conch hit an internal error."
+                )
+            except Exception:
+                log.exception("could not mark turn %s failed", turn_id)
+        finally:
+            with self._lock:
+                self._active.discard(turn_id)
+            close_old_connections()
+            self._wake.set()
+
+    def drive(self, turn_id: int) -> None:
+        while not self._stop.is_set():
+            advance = services.turn_advance(
+                turn_id=turn_id, worker=self.name, honour_delays=self.honour_delays
+            )
+            if not advance.more:
+                break
+            if not services.turn_renew_lease(turn_id=turn_id, worker=self.name):
+                break
+        else:
+            services.turn_release(turn_id=turn_id, worker=self.name)
+        self.turns_driven += 1
+
+
+_embedded: Runner | None = None
+
+
+def start_embedded_runner() -> Runner:
+    """The runner inside the server process (``conch serve``)."""
+    global _embedded
+    if _embedded is None:
+        _embedded = Runner(lone=True).start()
+    return _embedded
+
+
+def drain(*, worker: str = "drain", limit: int = 10_000, honour_delays: bool = False) -> int:
+    """Run every runnable reply to its end in this thread; for tests and ``conch_play``.
+
+    Returns how many actions were played. Stops after ``limit`` actions so a
+    script that loops can't hang a test.
+    """
+    played = 0
+    while played < limit:
+        claimed = services.turn_claim(worker=worker, limit=1)
+        if not claimed:
+            services.tasks_make_room()
+            claimed = services.turn_claim(worker=worker, limit=1)
+            if not claimed:
+                return played
+        turn_id = claimed[0]
+        while played < limit:
+            advance = services.turn_advance(
+                turn_id=turn_id, worker=worker, honour_delays=honour_delays
+            )
+            played += 1
+            if not advance.more:
+                break
+        else:
+            services.turn_release(turn_id=turn_id, worker=worker)
+    return played

@@ -1,0 +1,180 @@
+"""The tool registry: every tool's name, arguments, family, effect and who may have it.
+
+``together`` registers its tools here when its app is ready; ``chats`` never
+imports ``together``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from chats.models import Conversation, Turn
+
+
+class ToolError(Exception):
+    """A clear error handed back to the assistant as the tool's result."""
+
+
+class UnknownTool(ToolError):
+    pass
+
+
+# Families, in Conch's own words: the chat list says "editing files · 40 s".
+READING_FILES = "reading files"
+EDITING_FILES = "editing files"
+RUNNING_A_COMMAND = "running a command"
+LOOKING_AT_CHATS = "looking at your other chats"
+MESSAGING_A_CHAT = "messaging another chat"
+WAITING = "waiting"
+BROWSING = "reading a web page"
+THINKING = "thinking"
+
+
+@dataclass
+class ToolContext:
+    """What a running tool may know about where it runs."""
+
+    conversation: Conversation
+    turn: Turn
+    folder: str
+    # Set by tools: files changed (full paths), and anything they want to tell the runtime.
+    files_changed: list[str] = field(default_factory=list)
+    outcome: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    text: str
+    files_changed: tuple[str, ...] = ()
+
+
+Offered = Callable[["Conversation"], bool]
+Runner = Callable[[ToolContext, dict[str, Any]], ToolResult]
+
+
+def offered_always(conversation: Conversation) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    schema: dict[str, Any]
+    family: str
+    effect: str  # "read" or "write"
+    run: Runner
+    offered: Offered = offered_always
+    # A tool that changes the workspace or acts on the world asks first in Ask mode.
+    asks_in_ask_mode: bool = False
+
+    def as_function_spec(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.schema}
+
+
+_tools: dict[str, Tool] = {}
+
+
+def register(tool: Tool) -> Tool:
+    if tool.effect not in ("read", "write"):
+        raise ValueError(f"{tool.name}: effect must be 'read' or 'write'")
+    if tool.schema.get("type") != "object":
+        raise ValueError(f"{tool.name}: the schema must describe an object")
+    _tools[tool.name] = tool
+    return tool
+
+
+def get_tool(name: str) -> Tool:
+    try:
+        return _tools[name]
+    except KeyError:
+        raise UnknownTool(f"There is no tool called {name!r}.") from None
+
+
+def describe_tool(name: str) -> Tool:
+    """The tool's record; ``describe_tool(name).family`` is the step's family."""
+    return get_tool(name)
+
+
+def all_tools() -> list[Tool]:
+    return [_tools[name] for name in sorted(_tools)]
+
+
+def tools_offered(conversation: Conversation) -> list[Tool]:
+    """The tools this chat is offered now: the persona's allowance, the mode, each tool's rule."""
+    allowed = set(conversation.agent.allowed_tools or [])
+    offered = []
+    for tool in all_tools():
+        if allowed and tool.name not in allowed:
+            continue
+        if conversation.mode == "plan" and tool.effect == "write":
+            continue
+        if not tool.offered(conversation):
+            continue
+        offered.append(tool)
+    return offered
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "object": (dict,),
+    "array": (list,),
+}
+
+
+def validate_args(tool: Tool, args: Any) -> dict[str, Any]:
+    """Check ``args`` against the tool's schema (the subset our tools use).
+
+    Raises :class:`ToolError` naming the argument at fault.
+    """
+    if not isinstance(args, dict):
+        raise ToolError(f"{tool.name}: arguments must be an object.")
+    schema = tool.schema
+    properties: dict[str, Any] = schema.get("properties", {})
+    for required in schema.get("required", []):
+        if required not in args:
+            raise ToolError(f"{tool.name}: missing argument {required!r}.")
+    if schema.get("additionalProperties") is False:
+        for name in args:
+            if name not in properties:
+                raise ToolError(f"{tool.name}: unknown argument {name!r}.")
+    cleaned = dict(args)
+    for name, value in args.items():
+        spec = properties.get(name)
+        if spec is None:
+            continue
+        expected = spec.get("type")
+        if expected:
+            types = _JSON_TYPES[expected]
+            is_bool = isinstance(value, bool)
+            if not isinstance(value, types) or (is_bool and expected in ("integer", "number")):
+                raise ToolError(f"{tool.name}: argument {name!r} must be {expected}.")
+        if "enum" in spec and value not in spec["enum"]:
+            choices = ", ".join(repr(v) for v in spec["enum"])
+            raise ToolError(f"{tool.name}: argument {name!r} must be one of {choices}.")
+        if isinstance(value, str):
+            if "maxLength" in spec and len(value) > spec["maxLength"]:
+                raise ToolError(
+                    f"{tool.name}: argument {name!r} is longer than {spec['maxLength']} characters."
+                )
+            if spec.get("minLength") and len(value) < spec["minLength"]:
+                raise ToolError(f"{tool.name}: argument {name!r} must not be empty.")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if "minimum" in spec and value < spec["minimum"]:
+                raise ToolError(
+                    f"{tool.name}: argument {name!r} must be at least {spec['minimum']}."
+                )
+            if "maximum" in spec and value > spec["maximum"]:
+                raise ToolError(
+                    f"{tool.name}: argument {name!r} must be at most {spec['maximum']}."
+                )
+    for name, spec in properties.items():
+        if name not in cleaned and "default" in spec:
+            cleaned[name] = spec["default"]
+    return cleaned

@@ -1,0 +1,26 @@
+from chats.models import Status, TurnState
+from chats.runtime import services
+from chats.runtime.runner import drain
+
+
+def test_a_scripted_reply_edits_a_file(owner, agent, workspace):
+    (workspace / "a.txt").write_text("hello\n")
+    chat = services.conversation_create(
+        owner=owner,
+        title="Fix",
+        folder=str(workspace),
+        script=[
+            [
+                {"tool": "edit_file", "args": {"path": "a.txt", "old": "hello", "new": "bye"}},
+                {"say": "Done."},
+            ]
+        ],
+    )
+    turn = services.message_send(conversation=chat, text="go")
+    drain()
+    turn.refresh_from_db()
+    chat.refresh_from_db()
+    assert turn.state == TurnState.COMPLETED
+    assert chat.status == Status.IDLE
+    assert turn.files_changed == [str((workspace / "a.txt").resolve())]
+    assert (workspace / "a.txt").read_text() == "bye\n"

@@ -1,0 +1,57 @@
+"""Factories for the records tests make. Persona fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import factory
+from django.contrib.auth import get_user_model
+
+from chats.models import Agent, Conversation, Origin, Task, Turn
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        django_get_or_create = ("username",)
+
+    username = factory.Sequence(lambda n: f"person{n}")
+    is_staff = True
+    is_superuser = True
+
+
+class AgentFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Agent
+        django_get_or_create = ("slug",)
+
+    slug = factory.Sequence(lambda n: f"agent{n}")
+    name = factory.LazyAttribute(lambda a: a.slug.title())
+    workspace = factory.LazyFunction(lambda: "/tmp")
+    is_default = False
+
+
+class ConversationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Conversation
+
+    owner = factory.SubFactory(UserFactory)
+    agent = factory.SubFactory(AgentFactory)
+    title = factory.Sequence(lambda n: f"Chat {n}")
+    folder = factory.LazyAttribute(lambda c: c.agent.workspace)
+    origin = Origin.OWN
+
+
+class TurnFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Turn
+
+    conversation = factory.SubFactory(ConversationFactory)
+    number = factory.Sequence(lambda n: n + 1)
+    folder = factory.LazyAttribute(lambda t: t.conversation.folder)
+
+
+class TaskFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Task
+
+    parent = factory.SubFactory(ConversationFactory)
+    title = factory.Sequence(lambda n: f"Task {n}")

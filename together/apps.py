@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TogetherConfig(AppConfig):
+    name = "together"
+    verbose_name = "Chats together"
