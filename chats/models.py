@@ -6,6 +6,7 @@ fields, the states and the guards a row needs for itself.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 from django.conf import settings
@@ -14,8 +15,31 @@ from django.db.models import Q
 from django.utils import timezone
 
 
+class _IdSource:
+    """Random ids normally; counted ids inside :func:`counted_ids`, so ``conch_play`` prints the same twice."""
+
+    counters: dict[str, int] | None = None
+
+
 def _new_public_id(prefix: str) -> str:
+    counters = _IdSource.counters
+    if counters is not None:
+        counters[prefix] = counters.get(prefix, 0) + 1
+        return f"{prefix}_{counters[prefix]}"
     return f"{prefix}_{uuid.uuid4().hex[:12]}"
+
+
+@contextlib.contextmanager
+def counted_ids():
+    _IdSource.counters = {}
+    try:
+        yield
+    finally:
+        _IdSource.counters = None
+
+
+def new_chain_id() -> str:
+    return _new_public_id("chain")
 
 
 def new_chat_id() -> str:
@@ -189,7 +213,8 @@ class Conversation(models.Model):
         blank=True,
         help_text="For the scripted engine: the replies this chat's assistant plays.",
     )
-    session_key = models.CharField(max_length=512, null=True, blank=True)
+    # NULL, not "", for chats outside the gateway: unique only among real keys.
+    session_key = models.CharField(max_length=512, null=True, blank=True)  # noqa: DJ001
     session_started_at = models.DateTimeField(default=timezone.now)
     last_interaction_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)

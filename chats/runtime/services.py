@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from chats.models import (
     TaskState,
     Turn,
     TurnState,
+    new_chain_id,
 )
 from chats.runtime import hooks
 from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered, validate_args
@@ -140,10 +140,6 @@ def lane_for(conversation: Conversation) -> str:
     return Lane.FOREGROUND
 
 
-def new_chain_id() -> str:
-    return uuid.uuid4().hex
-
-
 def taint_raise(*, conversation: Conversation, taint: str, why: str = "") -> bool:
     """Raise a chat's taint; it only ever grows. Returns whether it changed.
 
@@ -181,6 +177,7 @@ def conversation_create(
     taint: str = Taint.NONE,
     place: str = "local",
     session_key: str | None = None,
+    public_id: str | None = None,
 ) -> Conversation:
     title = (title or "").strip()
     if not title:
@@ -204,6 +201,7 @@ def conversation_create(
             taint=taint,
             place=place,
             session_key=session_key,
+            **({"public_id": public_id} if public_id else {}),
         )
         _publish_chat(conversation)
     return conversation
