@@ -341,6 +341,10 @@ class Turn(models.Model):
         default=list, blank=True, help_text="Full paths, in order first changed."
     )
     unwatched = models.BooleanField(default=False)
+    browser_open = models.BooleanField(default=False, help_text="A web page this reply read is still open.")
+    notes_said = models.JSONField(
+        default=dict, blank=True, help_text="What the notes about other chats have said this turn (once each)."
+    )
     engine_state = models.JSONField(default=dict, blank=True)
     pending_action = models.JSONField(
         null=True, blank=True, help_text="A request waiting for the person's Approve or Deny."
