@@ -22,6 +22,7 @@ class RunningReply:
     state: str
     started_by: str
     chain_id: str
+    browser_open: bool = False
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ def _reply_from(turn: dict) -> RunningReply:
         state=turn["state"],
         started_by=turn["started_by"],
         chain_id=turn["chain_id"],
+        browser_open=turn["browser_open"],
     )
 
 
@@ -90,11 +92,12 @@ _TURN_FIELDS = (
     "state",
     "started_by",
     "chain_id",
+    "browser_open",
 )
 
 
 def chats_snapshot(
-    *, owner_id: int, working: bool = False, chats: QuerySet | None = None
+    *, owner_id: int, working: bool = False, chats: QuerySet | None = None, with_turns: bool = True
 ) -> list[ChatSnapshot]:
     """Every chat of this owner (or only those with a reply open), at most 2 queries.
 
@@ -112,6 +115,8 @@ def chats_snapshot(
         return snapshots
     base = chats if chats is not None else Conversation.objects.filter(owner_id=owner_id)
     chat_rows = list(base.values(*_CHAT_FIELDS))
+    if not with_turns:
+        return [_snapshot(row["pk"], row, None) for row in chat_rows]
     open_turns = {
         row["conversation_id"]: _reply_from(row)
         for row in Turn.objects.filter(

@@ -1,0 +1,231 @@
+"""``list_chats``: what your other chats are doing now (ADR 0134).
+
+Busy chats come first, then the ones that need you and the ones active in the
+last three days, twelve at most. Archived chats are left out unless they're
+working. Every busy chat of yours is counted, even past the list's end.
+Only the title (the person's words), Conch's words for the step and file
+names cross from one chat to another; nothing a chat read or wrote does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Case, Count, IntegerField, Value, When
+from django.utils import timezone
+
+from chats.models import TASK_GOING_STATES, Conversation, Origin, Status, Taint, Task
+from chats.runtime.selectors import ChatSnapshot, chats_snapshot
+from chats.tools.registry import THINKING
+from together.places import for_person, same_place, shown_path
+from together.quoting import plain, plain_path
+from together.visibility import is_yours, yours_q
+
+LIST_LIMIT = 12
+RECENT = timedelta(days=3)
+WHICH = ("all", "working")
+
+
+@dataclass(frozen=True)
+class OtherChat:
+    """One row of ``list_chats`` (protocol ``OtherChat``)."""
+
+    id: str
+    title: str
+    state: str
+    doing: str | None
+    doing_seconds: int | None
+    reply_started_at: datetime | None
+    last_active_at: datetime
+    same_folder: bool
+    folder: str
+    files_changed: tuple[str, ...]
+    browser_open: bool
+    tasks_going: int
+    came_from: str
+    untrusted: bool
+
+    @property
+    def changing(self) -> str:
+        """``Changing auth.ts +2``: the row's line for a busy chat in the same folder."""
+        if self.state != Status.WORKING or not self.same_folder or not self.files_changed:
+            return ""
+        name = self.files_changed[-1].rsplit("/", 1)[-1]
+        more = len(self.files_changed) - 1
+        return f"Changing {name}" + (f" +{more}" if more else "")
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        for key in ("reply_started_at", "last_active_at"):
+            data[key] = data[key].isoformat() if data[key] else None
+        data["files_changed"] = list(self.files_changed)
+        data["changing"] = self.changing
+        return data
+
+
+@dataclass(frozen=True)
+class ChatsLook:
+    rows: tuple[OtherChat, ...]
+    working: int
+    needs_you: int
+
+    @property
+    def headline(self) -> str:
+        parts = ["Checked on your other chats"]
+        if self.working:
+            parts.append(f"{self.working} working")
+        if self.needs_you:
+            parts.append(f"{self.needs_you} needs you")
+        if len(parts) == 1:
+            parts.append("nothing going on")
+        return " · ".join(parts)
+
+
+def came_from(chat: ChatSnapshot, *, listing_pk: int, parents: dict[int, str]) -> str:
+    if chat.origin == Origin.TASK:
+        if chat.parent_id == listing_pk:
+            return "a task from this chat"
+        parent = parents.get(chat.parent_id or 0)
+        return f"a task from “{plain(parent)}”" if parent else "a task"
+    if chat.origin == Origin.ROUTINE:
+        return "a routine"
+    if chat.origin == Origin.CHAT_APP:
+        return plain(chat.origin_channel or "a chat app")
+    return "you"
+
+
+def list_chats(
+    *, conversation: Conversation, which: str = "all", now: datetime | None = None
+) -> ChatsLook:
+    """The rows ``list_chats`` shows this chat. At most 5 queries, whatever the number of chats."""
+    if which not in WHICH:
+        raise ValueError(f"which must be one of {', '.join(WHICH)}")
+    now = now or timezone.now()
+    owner_id = conversation.owner_id
+    busy = [
+        s
+        for s in chats_snapshot(owner_id=owner_id, working=True)
+        if s.pk != conversation.pk
+        and s.status == Status.WORKING
+        and s.origin not in ("peer", "client", "artifact")
+        and s.taint != Taint.PERSON
+    ]
+    busy.sort(key=lambda s: s.reply.started_at if s.reply else s.last_interaction_at, reverse=True)
+    others: list[ChatSnapshot] = []
+    needs_you = (
+        Conversation.objects.filter(yours_q(owner_id), status=Status.NEEDS_YOU, archived=False)
+        .exclude(pk=conversation.pk)
+        .count()
+    )
+    room = LIST_LIMIT - len(busy)
+    if which == "all" and room > 0:
+        recent = (
+            Conversation.objects.filter(yours_q(owner_id), archived=False)
+            .exclude(pk=conversation.pk)
+            .exclude(status=Status.WORKING)
+            .filter(_needs_you_or_recent(now))
+            .annotate(
+                first=Case(
+                    When(status=Status.NEEDS_YOU, then=Value(0)),
+                    default=Value(1),
+                    output_field=IntegerField(),
+                )
+            )
+            .order_by("first", "-last_interaction_at")[:room]
+        )
+        others = chats_snapshot(owner_id=owner_id, chats=recent, with_turns=False)
+    shown = (busy[:LIST_LIMIT] + others)[:LIST_LIMIT]
+    ids = [s.pk for s in shown]
+    going = (
+        dict(
+            Task.objects.filter(parent_id__in=ids, state__in=list(TASK_GOING_STATES))
+            .values_list("parent_id")
+            .annotate(n=Count("pk"))
+        )
+        if ids
+        else {}
+    )
+    parent_ids = {s.parent_id for s in shown if s.origin == Origin.TASK and s.parent_id}
+    parents = (
+        dict(Conversation.objects.filter(pk__in=parent_ids).values_list("pk", "title"))
+        if parent_ids
+        else {}
+    )
+    rows = tuple(_row(s, conversation, now, going.get(s.pk, 0), parents) for s in shown)
+    return ChatsLook(rows=rows, working=len(busy), needs_you=needs_you)
+
+
+def _needs_you_or_recent(now: datetime):
+    from django.db.models import Q
+
+    return Q(status=Status.NEEDS_YOU) | Q(last_interaction_at__gte=now - RECENT)
+
+
+def _row(
+    chat: ChatSnapshot, me: Conversation, now: datetime, tasks_going: int, parents: dict[int, str]
+) -> OtherChat:
+    reply = chat.reply
+    working = chat.status == Status.WORKING and reply is not None
+    folder = reply.folder if reply else chat.folder
+    place = reply.place if reply else chat.place
+    same = same_place(me.place, me.folder, place, folder)
+    doing = doing_seconds = None
+    if working:
+        doing = reply.family or THINKING
+        since = reply.step_started_at or reply.started_at
+        doing_seconds = max(0, int((now - since).total_seconds()))
+    files = tuple(
+        plain_path(shown_path(p, me.folder if same else folder))
+        for p in (reply.files_changed if working else ())
+    )
+    return OtherChat(
+        id=chat.id,
+        title=plain(chat.title),
+        state=chat.status,
+        doing=doing,
+        doing_seconds=doing_seconds,
+        reply_started_at=reply.started_at if working else None,
+        last_active_at=chat.last_interaction_at,
+        same_folder=same,
+        folder="" if same else plain_path(for_person(folder)),
+        files_changed=files,
+        browser_open=bool(working and reply.browser_open),
+        tasks_going=tasks_going,
+        came_from=came_from(chat, listing_pk=me.pk, parents=parents),
+        untrusted=chat.taint == Taint.UNTRUSTED,
+    )
+
+
+def describe(look: ChatsLook) -> str:
+    """The tool's answer, in plain lines the assistant reads."""
+    if not look.rows:
+        return look.headline + ". No other chats to show."
+    lines = [look.headline + "."]
+    for row in look.rows:
+        bits = [f"{row.id} “{row.title}”: {row.state.replace('_', ' ')}"]
+        if row.doing:
+            bits.append(f"{row.doing} for {row.doing_seconds} s")
+        if row.reply_started_at:
+            bits.append(f"reply began {row.reply_started_at:%H:%M:%S}")
+        bits.append("same folder" if row.same_folder else f"in {row.folder}")
+        if row.files_changed:
+            bits.append(
+                "changed "
+                + ", ".join(row.files_changed[:8])
+                + (" …" if len(row.files_changed) > 8 else "")
+            )
+        if row.browser_open:
+            bits.append("has a web page open")
+        if row.tasks_going:
+            bits.append(f"{row.tasks_going} task{'s' if row.tasks_going != 1 else ''} going")
+        bits.append(f"from {row.came_from}")
+        if row.untrusted:
+            bits.append("untrusted: it read something from outside")
+        lines.append("- " + "; ".join(bits))
+    if look.working > sum(1 for r in look.rows if r.state == Status.WORKING):
+        lines.append(f"({look.working} of your chats are working in all.)")
+    return "\n".join(lines)
+
+
+__all__ = ["OtherChat", "ChatsLook", "list_chats", "describe", "is_yours"]
