@@ -341,9 +341,13 @@ class Turn(models.Model):
         default=list, blank=True, help_text="Full paths, in order first changed."
     )
     unwatched = models.BooleanField(default=False)
-    browser_open = models.BooleanField(default=False, help_text="A web page this reply read is still open.")
+    browser_open = models.BooleanField(
+        default=False, help_text="A web page this reply read is still open."
+    )
     notes_said = models.JSONField(
-        default=dict, blank=True, help_text="What the notes about other chats have said this turn (once each)."
+        default=dict,
+        blank=True,
+        help_text="What the notes about other chats have said this turn (once each).",
     )
     engine_state = models.JSONField(default=dict, blank=True)
     pending_action = models.JSONField(

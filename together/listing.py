@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Case, Count, IntegerField, Value, When
+from django.db.models import Count
 from django.utils import timezone
 
 from chats.models import TASK_GOING_STATES, Conversation, Origin, Status, Taint, Task
@@ -82,12 +82,11 @@ class ChatsLook:
         return " · ".join(parts)
 
 
-def came_from(chat: ChatSnapshot, *, listing_pk: int, parents: dict[int, str]) -> str:
+def came_from(chat: ChatSnapshot, *, listing_pk: int) -> str:
     if chat.origin == Origin.TASK:
         if chat.parent_id == listing_pk:
             return "a task from this chat"
-        parent = parents.get(chat.parent_id or 0)
-        return f"a task from “{plain(parent)}”" if parent else "a task"
+        return f"a task from “{plain(chat.parent_title)}”" if chat.parent_title else "a task"
     if chat.origin == Origin.ROUTINE:
         return "a routine"
     if chat.origin == Origin.CHAT_APP:
@@ -112,29 +111,32 @@ def list_chats(
         and s.taint != Taint.PERSON
     ]
     busy.sort(key=lambda s: s.reply.started_at if s.reply else s.last_interaction_at, reverse=True)
-    others: list[ChatSnapshot] = []
-    needs_you = (
-        Conversation.objects.filter(yours_q(owner_id), status=Status.NEEDS_YOU, archived=False)
-        .exclude(pk=conversation.pk)
-        .count()
+    yours_idle = Conversation.objects.filter(yours_q(owner_id), archived=False).exclude(
+        pk=conversation.pk
     )
+    needing = chats_snapshot(
+        owner_id=owner_id,
+        chats=yours_idle.filter(status=Status.NEEDS_YOU).order_by("-last_interaction_at")[
+            : LIST_LIMIT + 1
+        ],
+        with_turns=False,
+    )
+    needs_you = (
+        len(needing)
+        if len(needing) <= LIST_LIMIT
+        else yours_idle.filter(status=Status.NEEDS_YOU).count()
+    )
+    others: list[ChatSnapshot] = []
     room = LIST_LIMIT - len(busy)
     if which == "all" and room > 0:
-        recent = (
-            Conversation.objects.filter(yours_q(owner_id), archived=False)
-            .exclude(pk=conversation.pk)
-            .exclude(status=Status.WORKING)
-            .filter(_needs_you_or_recent(now))
-            .annotate(
-                first=Case(
-                    When(status=Status.NEEDS_YOU, then=Value(0)),
-                    default=Value(1),
-                    output_field=IntegerField(),
-                )
+        others = needing[:room]
+        if len(others) < room:
+            recent = (
+                yours_idle.exclude(status__in=[Status.WORKING, Status.NEEDS_YOU])
+                .filter(last_interaction_at__gte=now - RECENT)
+                .order_by("-last_interaction_at")[: room - len(others)]
             )
-            .order_by("first", "-last_interaction_at")[:room]
-        )
-        others = chats_snapshot(owner_id=owner_id, chats=recent, with_turns=False)
+            others += chats_snapshot(owner_id=owner_id, chats=recent, with_turns=False)
     shown = (busy[:LIST_LIMIT] + others)[:LIST_LIMIT]
     ids = [s.pk for s in shown]
     going = (
@@ -146,25 +148,11 @@ def list_chats(
         if ids
         else {}
     )
-    parent_ids = {s.parent_id for s in shown if s.origin == Origin.TASK and s.parent_id}
-    parents = (
-        dict(Conversation.objects.filter(pk__in=parent_ids).values_list("pk", "title"))
-        if parent_ids
-        else {}
-    )
-    rows = tuple(_row(s, conversation, now, going.get(s.pk, 0), parents) for s in shown)
+    rows = tuple(_row(s, conversation, now, going.get(s.pk, 0)) for s in shown)
     return ChatsLook(rows=rows, working=len(busy), needs_you=needs_you)
 
 
-def _needs_you_or_recent(now: datetime):
-    from django.db.models import Q
-
-    return Q(status=Status.NEEDS_YOU) | Q(last_interaction_at__gte=now - RECENT)
-
-
-def _row(
-    chat: ChatSnapshot, me: Conversation, now: datetime, tasks_going: int, parents: dict[int, str]
-) -> OtherChat:
+def _row(chat: ChatSnapshot, me: Conversation, now: datetime, tasks_going: int) -> OtherChat:
     reply = chat.reply
     working = chat.status == Status.WORKING and reply is not None
     folder = reply.folder if reply else chat.folder
@@ -192,7 +180,7 @@ def _row(
         files_changed=files,
         browser_open=bool(working and reply.browser_open),
         tasks_going=tasks_going,
-        came_from=came_from(chat, listing_pk=me.pk, parents=parents),
+        came_from=came_from(chat, listing_pk=me.pk),
         untrusted=chat.taint == Taint.UNTRUSTED,
     )
 

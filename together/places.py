@@ -16,7 +16,12 @@ from django.conf import settings
 
 
 def conch_own_folder() -> str:
-    return os.path.realpath(Path(settings.CONCH_HOME) / "worktrees")
+    return _own_folder(str(settings.CONCH_HOME))
+
+
+@lru_cache(maxsize=8)
+def _own_folder(home: str) -> str:
+    return os.path.realpath(Path(home) / "worktrees")
 
 
 @lru_cache(maxsize=4096)
@@ -82,3 +87,4 @@ def forget() -> None:
     """Drop cached answers (tests that make and remove links)."""
     _real.cache_clear()
     disk_ignores_case.cache_clear()
+    _own_folder.cache_clear()

@@ -15,15 +15,16 @@ write of what it said, whatever the number of chats.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from chats.models import Turn, TurnState
 from chats.runtime.hooks import Note
-from chats.runtime.selectors import ChatSnapshot, chats_snapshot
+from chats.runtime.selectors import WorkingPlace, working_places
 from chats.tools.registry import EDITING_FILES, RUNNING_A_COMMAND
 from together.places import same_place, shown_path
 from together.quoting import plain, plain_path
-from together.visibility import offers_together
+from together.visibility import NOT_YOURS_ORIGINS, offers_together
 
 LINES_PER_TURN = 4
 # Families whose step changes files, even before any file is recorded.
@@ -34,22 +35,15 @@ STILL_GOING = frozenset({TurnState.RUNNING, TurnState.RECOVERY_PENDING})
 @dataclass(frozen=True)
 class _Line:
     key: str  # "chat:<id>" or "file:<path>"
-    text: str
     rank: int  # shared files first, then changing, then commands
+    text: Callable[[], str]  # made only for the lines that are said
 
 
-def _name(other: ChatSnapshot) -> str:
+def _name(other: WorkingPlace) -> str:
     return f"“{plain(other.title)}” (chat {other.id})"
 
 
-def _is_yours(snapshot: ChatSnapshot, owner_id: int) -> bool:
-    # The snapshot is already the owner's; the rest of is_yours, on the snapshot.
-    from together.visibility import NOT_YOURS_ORIGINS
-
-    return snapshot.origin not in NOT_YOURS_ORIGINS and snapshot.taint != "person"
-
-
-def changing_files_line(other: ChatSnapshot, files: list[str], *, points_to_list: bool) -> str:
+def changing_files_line(other: WorkingPlace, files: list[str], *, points_to_list: bool) -> str:
     what = (
         f", changing {', '.join(files[:3])}"
         + (f" and {len(files) - 3} more" if len(files) > 3 else "")
@@ -63,14 +57,14 @@ def changing_files_line(other: ChatSnapshot, files: list[str], *, points_to_list
     )
 
 
-def running_commands_line(other: ChatSnapshot) -> str:
+def running_commands_line(other: WorkingPlace) -> str:
     return (
         f"[Conch: {_name(other)} is running commands in this folder. "
         "If yours would clash, wait for it or say so.]"
     )
 
 
-def shared_file_line(other: ChatSnapshot, path: str) -> str:
+def shared_file_line(other: WorkingPlace, path: str) -> str:
     return (
         f"[Conch: this reply and {_name(other)} have both changed {path}: "
         "read it again before changing it further.]"
@@ -80,7 +74,7 @@ def shared_file_line(other: ChatSnapshot, path: str) -> str:
 def reader(turn: Turn, at_start: bool) -> list[Note]:
     """The notes about other chats for this turn, now. Precondition: ``turn`` was just loaded."""
     me = turn.conversation
-    if me.taint == "person" or me.origin in ("peer", "client", "artifact"):
+    if me.taint == "person" or me.origin in NOT_YOURS_ORIGINS:
         return []  # a chat with someone else in it is told nothing
     said = dict(turn.notes_said or {})
     said_keys = set(said.get("keys", []))
@@ -90,33 +84,27 @@ def reader(turn: Turn, at_start: bool) -> list[Note]:
     points_to_list = offers_together(me)
     my_files = set(turn.files_changed or [])
     candidates: list[_Line] = []
-    for other in chats_snapshot(owner_id=me.owner_id, working=True):
-        reply = other.reply
-        if other.pk == me.pk or reply is None or reply.state not in STILL_GOING:
+    for other in working_places(owner_id=me.owner_id):
+        if other.pk == me.pk or other.state not in STILL_GOING:
             continue
-        if not _is_yours(other, me.owner_id):
+        if other.origin in NOT_YOURS_ORIGINS or other.taint == "person":
             continue  # nothing about a chat that isn't yours reaches anyone
-        if not same_place(turn.place, turn.folder, reply.place, reply.folder):
-            continue
-        for path in reply.files_changed:
-            if path in my_files and f"file:{path}" not in said_keys:
-                candidates.append(
-                    _Line(
-                        f"file:{path}",
-                        shared_file_line(other, plain_path(shown_path(path, turn.folder))),
-                        0,
-                    )
-                )
         chat_key = f"chat:{other.id}"
+        changing = bool(other.files_changed) or other.family in CHANGING_FAMILIES
+        shared = [p for p in other.files_changed if p in my_files and f"file:{p}" not in said_keys]
+        commands = other.family == RUNNING_A_COMMAND
+        if not shared and (chat_key in said_keys or not (changing or commands)):
+            continue
+        if not same_place(turn.place, turn.folder, other.place, other.folder):
+            continue
+        for path in shared:
+            candidates.append(_Line(f"file:{path}", 0, _shared(other, path, turn.folder)))
         if chat_key in said_keys:
             continue
-        if reply.files_changed or reply.family in CHANGING_FAMILIES:
-            files = [plain_path(shown_path(p, turn.folder)) for p in reply.files_changed]
-            candidates.append(
-                _Line(chat_key, changing_files_line(other, files, points_to_list=points_to_list), 1)
-            )
-        elif reply.family == RUNNING_A_COMMAND:
-            candidates.append(_Line(chat_key, running_commands_line(other), 2))
+        if changing:
+            candidates.append(_Line(chat_key, 1, _changing(other, turn.folder, points_to_list)))
+        elif commands:
+            candidates.append(_Line(chat_key, 2, _commands(other)))
     if not candidates:
         return []
     chosen: list[_Line] = []
@@ -129,4 +117,19 @@ def reader(turn: Turn, at_start: bool) -> list[Note]:
     said = {"keys": sorted(said_keys | seen), "count": int(said.get("count", 0)) + len(chosen)}
     Turn.objects.filter(pk=turn.pk).update(notes_said=said)
     turn.notes_said = said
-    return [Note(line.text, source="together") for line in chosen]
+    return [Note(line.text(), source="together") for line in chosen]
+
+
+def _shared(other: WorkingPlace, path: str, folder: str) -> Callable[[], str]:
+    return lambda: shared_file_line(other, plain_path(shown_path(path, folder)))
+
+
+def _changing(other: WorkingPlace, folder: str, points_to_list: bool) -> Callable[[], str]:
+    files = other.files_changed
+    return lambda: changing_files_line(
+        other, [plain_path(shown_path(p, folder)) for p in files], points_to_list=points_to_list
+    )
+
+
+def _commands(other: WorkingPlace) -> Callable[[], str]:
+    return lambda: running_commands_line(other)

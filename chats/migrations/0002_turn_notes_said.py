@@ -4,20 +4,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('chats', '0001_initial'),
+        ("chats", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='turn',
-            name='browser_open',
-            field=models.BooleanField(default=False, help_text='A web page this reply read is still open.'),
+            model_name="turn",
+            name="browser_open",
+            field=models.BooleanField(
+                default=False, help_text="A web page this reply read is still open."
+            ),
         ),
         migrations.AddField(
-            model_name='turn',
-            name='notes_said',
-            field=models.JSONField(blank=True, default=dict, help_text='What the notes about other chats have said this turn (once each).'),
+            model_name="turn",
+            name="notes_said",
+            field=models.JSONField(
+                blank=True,
+                default=dict,
+                help_text="What the notes about other chats have said this turn (once each).",
+            ),
         ),
     ]

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
-from chats.models import Conversation, Status, Turn
+from chats.models import (
+    Conversation,
+    Entry,
+    EntryKind,
+    EntryRole,
+    Status,
+    Step,
+    Task,
+    Turn,
+    TurnState,
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,7 @@ class ChatSnapshot:
     place: str
     archived: bool
     parent_id: int | None
+    parent_title: str | None
     last_interaction_at: datetime
     reply: RunningReply | None = field(default=None)
 
@@ -60,6 +72,7 @@ _CHAT_FIELDS = (
     "place",
     "archived",
     "parent_id",
+    "parent__title",
     "last_interaction_at",
 )
 
@@ -96,34 +109,44 @@ _TURN_FIELDS = (
 )
 
 
+def _open_turns() -> dict[int, RunningReply]:
+    """Every open turn, by chat. It scans the partial index of open turns, not the chats."""
+    rows = Turn.objects.filter(ended_at__isnull=True).order_by().values(*_TURN_FIELDS)
+    return {row["conversation_id"]: _reply_from(row) for row in rows}
+
+
 def chats_snapshot(
     *, owner_id: int, working: bool = False, chats: QuerySet | None = None, with_turns: bool = True
 ) -> list[ChatSnapshot]:
-    """Every chat of this owner (or only those with a reply open), at most 2 queries.
+    """Every chat of this owner (or only those with a reply open): 2 queries, whatever the number of chats.
 
-    ``working=True`` reads only chats with a reply open: one query over the
-    open turns, cheap enough for every step.
+    ``working=True`` reads only chats with a reply open, in one query led by
+    the open turns, so it's cheap enough for every step.
     """
     if working:
-        rows = Turn.objects.filter(ended_at__isnull=True, conversation__owner_id=owner_id).values(
-            *_TURN_FIELDS, *(f"conversation__{f}" for f in _CHAT_FIELDS if f != "pk")
+        # Led by the open turns' partial index; the owner is checked in Python,
+        # since filtering on it in SQL makes the planner walk every chat instead.
+        chat_fields = [f"conversation__{f}" for f in _CHAT_FIELDS if f != "pk"]
+        rows = (
+            Turn.objects.filter(ended_at__isnull=True)
+            .order_by()
+            .values(*_TURN_FIELDS, *chat_fields, "conversation__owner_id")
         )
-        snapshots = []
-        for row in rows:
-            chat = {f: row[f"conversation__{f}"] for f in _CHAT_FIELDS if f != "pk"}
-            snapshots.append(_snapshot(row["conversation_id"], chat, _reply_from(row)))
-        return snapshots
+        return [
+            _snapshot(
+                row["conversation_id"],
+                {f: row[f"conversation__{f}"] for f in _CHAT_FIELDS if f != "pk"},
+                _reply_from(row),
+            )
+            for row in rows
+            if row["conversation__owner_id"] == owner_id
+        ]
     base = chats if chats is not None else Conversation.objects.filter(owner_id=owner_id)
     chat_rows = list(base.values(*_CHAT_FIELDS))
     if not with_turns:
         return [_snapshot(row["pk"], row, None) for row in chat_rows]
-    open_turns = {
-        row["conversation_id"]: _reply_from(row)
-        for row in Turn.objects.filter(
-            ended_at__isnull=True, conversation__owner_id=owner_id
-        ).values(*_TURN_FIELDS)
-    }
-    return [_snapshot(row["pk"], row, open_turns.get(row["pk"])) for row in chat_rows]
+    replies = _open_turns()
+    return [_snapshot(row["pk"], row, replies.get(row["pk"])) for row in chat_rows]
 
 
 def _snapshot(pk: int, chat: dict, reply: RunningReply | None) -> ChatSnapshot:
@@ -139,6 +162,7 @@ def _snapshot(pk: int, chat: dict, reply: RunningReply | None) -> ChatSnapshot:
         place=chat["place"],
         archived=chat["archived"],
         parent_id=chat["parent_id"],
+        parent_title=chat["parent__title"],
         last_interaction_at=chat["last_interaction_at"],
         reply=reply,
     )
@@ -146,3 +170,151 @@ def _snapshot(pk: int, chat: dict, reply: RunningReply | None) -> ChatSnapshot:
 
 def open_turn(conversation: Conversation) -> Turn | None:
     return conversation.turns.filter(ended_at__isnull=True).first()
+
+
+# ---------------------------------------------------------------------------
+# The browser workspace
+
+
+def chat_list_rows(*, owner_id: int) -> list[ChatSnapshot]:
+    """The sidebar: this owner's chats, newest first. Archived ones only while working.
+
+    Two queries whatever the number of chats.
+    """
+    visible = (
+        Conversation.objects.filter(owner_id=owner_id)
+        .filter(Q(archived=False) | Q(status=Status.WORKING))
+        .order_by("-pinned", "-last_interaction_at", "-pk")
+    )
+    return chats_snapshot(owner_id=owner_id, chats=visible)
+
+
+def chat_row(*, owner_id: int, public_id: str) -> ChatSnapshot | None:
+    """One sidebar row; None if the chat is gone or not this owner's."""
+    rows = chats_snapshot(
+        owner_id=owner_id,
+        chats=Conversation.objects.filter(owner_id=owner_id, public_id=public_id),
+    )
+    return rows[0] if rows else None
+
+
+def row_is_listed(row: ChatSnapshot) -> bool:
+    return not row.archived or row.working
+
+
+@dataclass(frozen=True)
+class ReplyBlock:
+    """One reply and what it did, in order; or a transcript line outside any reply."""
+
+    turn: Turn | None
+    prompt: Entry | None
+    items: tuple[Entry | Step, ...]
+
+    @property
+    def ended_badly(self) -> bool:
+        return self.turn is not None and self.turn.state in (
+            TurnState.STOPPED,
+            TurnState.FAILED,
+            TurnState.INTERRUPTED,
+        )
+
+
+TRANSCRIPT_REPLIES = 50
+
+
+def chat_transcript(
+    *, conversation: Conversation, replies: int = TRANSCRIPT_REPLIES
+) -> list[ReplyBlock]:
+    """The chat's last ``replies`` replies, each with its steps grouped under it. Three queries."""
+    turns = list(conversation.turns.order_by("-number")[:replies])
+    turns.reverse()
+    entries_qs = Entry.objects.filter(conversation=conversation).order_by("seq")
+    if len(turns) == replies:
+        entries_qs = entries_qs.filter(created_at__gte=turns[0].started_at)
+    entries = list(entries_qs)
+    steps_by_turn: dict[int, list[Step]] = {}
+    for step in Step.objects.filter(turn__in=[t.pk for t in turns]).order_by("turn_id", "number"):
+        steps_by_turn.setdefault(step.turn_id, []).append(step)
+
+    shown = {t.pk for t in turns}
+    by_turn: dict[int, list[Entry]] = {}
+    loose: list[Entry] = []
+    for entry in entries:
+        if entry.turn_id in shown:
+            by_turn.setdefault(entry.turn_id, []).append(entry)
+        elif entry.turn_id is None:
+            loose.append(entry)
+
+    timeline: list[tuple[object, int, ReplyBlock]] = []
+    for turn in turns:
+        lines = by_turn.get(turn.pk, [])
+        prompt = None
+        if lines and lines[0].kind == EntryKind.MESSAGE and lines[0].role != EntryRole.ASSISTANT:
+            prompt, lines = lines[0], lines[1:]
+        items: list[tuple[object, int, Entry | Step]] = [(e.created_at, e.seq, e) for e in lines]
+        items.extend((s.started_at, 0, s) for s in steps_by_turn.get(turn.pk, []))
+        items.sort(key=lambda item: (item[0], item[1]))
+        block = ReplyBlock(turn, prompt, tuple(item for _, _, item in items))
+        timeline.append((turn.started_at, prompt.seq if prompt else 0, block))
+    for entry in loose:
+        timeline.append((entry.created_at, entry.seq, ReplyBlock(None, None, (entry,))))
+    timeline.sort(key=lambda item: (item[0], item[1]))
+    return [block for _, _, block in timeline]
+
+
+def chat_pending_turn(*, conversation: Conversation) -> Turn | None:
+    """The open reply waiting for the person's Approve or Deny, if any."""
+    return (
+        conversation.turns.filter(
+            ended_at__isnull=True, state=TurnState.NEEDS_YOU, pending_action__isnull=False
+        )
+        .order_by("-number")
+        .first()
+    )
+
+
+def chat_tasks(*, conversation: Conversation) -> list[Task]:
+    return list(conversation.tasks.select_related("chat").order_by("created_at", "pk"))
+
+
+class WorkingPlace(NamedTuple):
+    """The least a step-boundary read needs about another chat's open reply."""
+
+    pk: int
+    id: str
+    title: str
+    origin: str
+    taint: str
+    owner_id: int
+    folder: str
+    place: str
+    family: str
+    files_changed: list[str]
+    state: str
+
+
+_PLACE_FIELDS = (
+    "conversation_id",
+    "conversation__public_id",
+    "conversation__title",
+    "conversation__origin",
+    "conversation__taint",
+    "conversation__owner_id",
+    "folder",
+    "place",
+    "step_family",
+    "files_changed",
+    "state",
+)
+
+
+def working_places(*, owner_id: int) -> list[WorkingPlace]:
+    """Every open reply of this owner's chats, where it works and what it changed: one query.
+
+    It walks the partial index of open turns and joins each to its chat, so
+    its cost follows the number of open replies, never the number of chats.
+    The owner is checked here rather than in SQL, which would lead the
+    planner to walk the owner's chats instead.
+    """
+    rows = Turn.objects.filter(ended_at__isnull=True).order_by().values_list(*_PLACE_FIELDS)
+    return [WorkingPlace(*row) for row in rows if row[5] == owner_id]
