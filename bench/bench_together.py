@@ -20,8 +20,8 @@ def main() -> None:
     from django.utils import timezone
 
     from chats.models import Conversation, Status, Turn
-    from chats.signin import owner_ensure
     from chats.runtime.services import default_agent
+    from chats.signin import owner_ensure
     from together.listing import list_chats
     from together.reader import reader
 
@@ -31,15 +31,25 @@ def main() -> None:
     now = timezone.now()
     Conversation.objects.bulk_create(
         [
-            Conversation(owner=owner, agent=agent, title=f"Chat {n}", folder=folder, public_id=f"c_b{n}",
-                         status=Status.WORKING if n < WORKING else Status.IDLE, last_interaction_at=now)
+            Conversation(
+                owner=owner,
+                agent=agent,
+                title=f"Chat {n}",
+                folder=folder,
+                public_id=f"c_b{n}",
+                status=Status.WORKING if n < WORKING else Status.IDLE,
+                last_interaction_at=now,
+            )
             for n in range(CHATS)
         ],
         batch_size=2_000,
     )
     working = list(Conversation.objects.filter(status=Status.WORKING).order_by("pk"))
     Turn.objects.bulk_create(
-        [Turn(conversation=c, number=1, folder=folder, files_changed=[f"{folder}/f{c.pk}.py"]) for c in working]
+        [
+            Turn(conversation=c, number=1, folder=folder, files_changed=[f"{folder}/f{c.pk}.py"])
+            for c in working
+        ]
     )
     me = working[0]
     turn = Turn.objects.select_related("conversation").get(conversation=me)

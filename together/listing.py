@@ -185,17 +185,29 @@ def _row(chat: ChatSnapshot, me: Conversation, now: datetime, tasks_going: int) 
     )
 
 
-def describe(look: ChatsLook) -> str:
+def _span(seconds: float) -> str:
+    """A duration as an assistant needs it: coarse, so the same look reads the same."""
+    if seconds < 60:
+        return "under a minute"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    return f"{int(seconds // 3600)} h"
+
+
+def describe(look: ChatsLook, *, now: datetime | None = None) -> str:
     """The tool's answer, in plain lines the assistant reads."""
+    now = now or timezone.now()
     if not look.rows:
         return look.headline + ". No other chats to show."
     lines = [look.headline + "."]
     for row in look.rows:
         bits = [f"{row.id} “{row.title}”: {row.state.replace('_', ' ')}"]
         if row.doing:
-            bits.append(f"{row.doing} for {row.doing_seconds} s")
+            bits.append(f"{row.doing} for {_span(row.doing_seconds or 0)}")
         if row.reply_started_at:
-            bits.append(f"reply began {row.reply_started_at:%H:%M:%S}")
+            bits.append(
+                f"its reply began {_span((now - row.reply_started_at).total_seconds())} ago"
+            )
         bits.append("same folder" if row.same_folder else f"in {row.folder}")
         if row.files_changed:
             bits.append(
