@@ -28,3 +28,32 @@ def owner(db):
 def second_owner(db):
     """Someone else with an account on the same Conch: none of the owner's chats are theirs."""
     return UserFactory(username="second", is_superuser=False, is_staff=False)
+
+
+@pytest.fixture
+def published():
+    """Every event this process delivers during the test, in the order delivered."""
+    from chats import events
+
+    seen: list = []
+    unsubscribe = events.subscribe(seen.append)
+    yield seen
+    unsubscribe()
+
+
+@pytest.fixture
+def scripted_chat(owner, agent, workspace):
+    """Make one of the owner's chats whose assistant plays the given replies."""
+    from chats.models import Mode
+    from chats.runtime import services
+
+    def make(*replies, mode=Mode.AUTO, folder=None, title="Scripted"):
+        return services.conversation_create(
+            owner=owner,
+            title=title,
+            folder=str(folder or workspace),
+            script=[list(reply) for reply in replies],
+            mode=mode,
+        )
+
+    return make

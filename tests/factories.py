@@ -5,7 +5,7 @@ from __future__ import annotations
 import factory
 from django.contrib.auth import get_user_model
 
-from chats.models import Agent, Conversation, Origin, Task, Turn
+from chats.models import Agent, Conversation, Origin, Step, Task, Turn
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -55,3 +55,14 @@ class TaskFactory(factory.django.DjangoModelFactory):
 
     parent = factory.SubFactory(ConversationFactory)
     title = factory.Sequence(lambda n: f"Task {n}")
+
+
+class StepFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Step
+
+    turn = factory.SubFactory(TurnFactory)
+    number = factory.Sequence(lambda n: n + 1)
+    tool = "read_file"
+    family = "reading files"
+    effect = "read"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from chats.tools.registry import (
 
 READ_LIMIT = 200_000
 LIST_LIMIT = 500
+# After a timed-out command's group is killed, how long to collect what it printed.
+AFTER_KILL_SECONDS = 2.0
+STDERR_LABEL = "stderr:\n"
 
 
 def confine(folder: str, path: str) -> Path:
@@ -34,6 +38,10 @@ def confine(folder: str, path: str) -> Path:
         raise ToolError("The path is empty.")
     if "\x00" in path:
         raise ToolError("The path contains a NUL character.")
+    try:
+        os.fsencode(path)
+    except UnicodeError:
+        raise ToolError(f"{path!r} is not a path this computer can name.") from None
     root = Path(os.path.realpath(folder))
     candidate = Path(path)
     joined = candidate if candidate.is_absolute() else root / candidate
@@ -54,7 +62,10 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         raise ToolError(f"{args['path']!r} does not exist.")
     if real.is_dir():
         raise ToolError(f"{args['path']!r} is a folder; use list_files.")
-    data = real.read_bytes()[: READ_LIMIT + 1]
+    if not real.is_file():  # a pipe or a device would hang the reply, or never end
+        raise ToolError(f"{args['path']!r} is not a regular file.")
+    with real.open("rb") as fh:
+        data = fh.read(READ_LIMIT + 1)
     text = data[:READ_LIMIT].decode("utf-8", errors="replace")
     if len(data) > READ_LIMIT:
         text += f"\n… (cut at {READ_LIMIT} bytes)"
@@ -72,6 +83,8 @@ def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     if real.is_dir():
         raise ToolError(f"{args['path']!r} is a folder.")
     existed = real.exists()
+    if existed and not real.is_file():
+        raise ToolError(f"{args['path']!r} is not a regular file.")
     _write(ctx, real, args["content"])
     verb = "Replaced" if existed else "Created"
     return ToolResult(
@@ -115,45 +128,72 @@ def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _cut(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: its head and its tail, and what was cut."""
     if len(text) <= limit:
         return text
-    half = limit // 2
-    return text[:half] + f"\n… ({len(text) - limit} characters cut) …\n" + text[-half:]
+    # The longest the note can be, so the head, the note and the tail fit in the limit.
+    keep = max(limit - len(f"\n… ({len(text)} characters cut) …\n"), 0)
+    head = keep // 2
+    tail = keep - head
+    note = f"\n… ({len(text) - keep} characters cut) …\n"
+    return text[:head] + note + (text[-tail:] if tail else "")
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """Kill the command and everything it started (its own session, so its own group)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     timeout = min(
         float(args.get("timeout") or settings.CONCH_COMMAND_TIMEOUT), settings.CONCH_COMMAND_TIMEOUT
     )
+    limit = settings.CONCH_COMMAND_OUTPUT_LIMIT
     folder = os.path.realpath(ctx.folder)
     if not os.path.isdir(folder):
         raise ToolError(f"This chat's folder ({ctx.folder}) does not exist.")
+    process = subprocess.Popen(  # noqa: S602 - running the person's command is this tool's job
+        args["command"],
+        shell=True,
+        cwd=folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     try:
-        completed = subprocess.run(  # noqa: S602 - running the person's command is this tool's job
-            args["command"],
-            shell=True,
-            cwd=folder,
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout or ""
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # Killing only the shell would leave what it started running, unseen.
+        _kill_group(process)
+        try:
+            out, _ = process.communicate(timeout=AFTER_KILL_SECONDS)
+        except subprocess.TimeoutExpired as exc:  # something left the group and holds the pipe
+            out = exc.stdout or ""
+            for pipe in (process.stdout, process.stderr):
+                if pipe is not None:
+                    pipe.close()
+            process.wait()
         if isinstance(out, bytes):
             out = out.decode("utf-8", errors="replace")
-        raise ToolError(
-            f"The command did not finish within {timeout:g} s and was stopped."
-            + (f"\n{_cut(out, settings.CONCH_COMMAND_OUTPUT_LIMIT)}" if out else "")
-        ) from None
-    limit = settings.CONCH_COMMAND_OUTPUT_LIMIT
-    parts = [f"exit status {completed.returncode}"]
-    if completed.stdout:
-        parts.append(_cut(completed.stdout, limit))
-    if completed.stderr:
-        parts.append("stderr:\n" + _cut(completed.stderr, limit))
+        message = f"The command did not finish within {timeout:g} s and was stopped."
+        if out:
+            message += "\n" + _cut(out, max(limit - len(message) - 1, 0))
+        raise ToolError(message) from None
+    header = f"exit status {process.returncode}"
+    # The whole result fits in the limit: stderr gets up to half when both are long.
+    budget = max(limit - len(header) - 2 - len(STDERR_LABEL), 0)
+    err_budget = min(len(stderr), budget // 2) if stdout else budget
+    parts = [header]
+    if stdout:
+        parts.append(_cut(stdout, budget - err_budget))
+    if stderr:
+        parts.append(STDERR_LABEL + _cut(stderr, err_budget))
     return ToolResult("\n".join(parts))
 
 
