@@ -17,7 +17,8 @@ def register_engine(engine: Engine) -> None:
 
 
 def engine_for(agent: Agent) -> Engine:
-    if not _engines:
+    # Every Conch plays scripts, even once a model engine registers itself first.
+    if "scripted" not in _engines:
         from chats.engines.scripted import ScriptedEngine
 
         register_engine(ScriptedEngine())

@@ -268,6 +268,8 @@ def message_send(*, conversation: Conversation, text: str) -> Turn | QueuedInput
             queued = QueuedInput.objects.create(conversation=conversation, text=text)
             _publish_chat(conversation, queued=True)
             return queued
+        # Messages still queued (their reply was stopped) go first, so none is lost.
+        text = "\n\n".join([*_queued_take_locked(conversation), text])
         return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text)
 
 
@@ -359,7 +361,9 @@ def _turn_end_locked(conversation: Conversation, turn: Turn, state: str, reason:
     conversation.save(update_fields=["status", "last_interaction_at", "updated_at"])
     _publish_chat(conversation, events.STATUS, turn=turn.number, ended=state)
     task = Task.objects.filter(chat=conversation).first()
-    if task is not None and task.is_going:
+    # Only the reply the task started ends it: a person's reply in a task chat still
+    # waiting for room is not the task's.
+    if task is not None and task.state == TaskState.RUNNING:
         task.state = TASK_STATE_AFTER[TurnState(state)]
         task.ended_at = now
         if state == TurnState.COMPLETED:
@@ -398,12 +402,19 @@ def _take_queued_inputs(conversation_id: int) -> Turn | None:
         conversation = _lock_chat(conversation_id)
         if conversation.turns.filter(ended_at__isnull=True).exists():
             return None
-        queued = list(conversation.queued_inputs.filter(taken_at__isnull=True))
-        if not queued:
+        texts = _queued_take_locked(conversation)
+        if not texts:
             return None
-        QueuedInput.objects.filter(pk__in=[q.pk for q in queued]).update(taken_at=timezone.now())
-        text = "\n\n".join(q.text for q in queued)
-        return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text)
+        return _turn_start_locked(
+            conversation, started_by=StartedBy.PERSON, text="\n\n".join(texts)
+        )
+
+
+def _queued_take_locked(conversation: Conversation) -> list[str]:
+    """Mark the chat's queued messages taken; their texts, oldest first. Hold the chat's lock."""
+    queued = list(conversation.queued_inputs.filter(taken_at__isnull=True))
+    QueuedInput.objects.filter(pk__in=[q.pk for q in queued]).update(taken_at=timezone.now())
+    return [q.text for q in queued]
 
 
 def turn_end(*, turn: Turn, state: str, reason: str = "") -> None:
@@ -975,6 +986,9 @@ def tasks_make_room() -> list[Task]:
         )
         for task in waiting:
             if task.chat is None:
+                continue
+            if room > 0 and task.chat.turns.filter(ended_at__isnull=True).exists():
+                # Someone is talking with the task's chat; it starts when that reply ends.
                 continue
             if room > 0:
                 room -= 1
