@@ -1,0 +1,355 @@
+"""Replies that were running when their runner died: resumed, or ended without doing a write twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from chats import events
+from chats.models import Effect, EntryKind, EntryRole, Status, Step, Turn, TurnState
+from chats.runtime import services
+from chats.runtime.runner import drain
+from chats.tools.registry import EDITING_FILES, READING_FILES
+from tests.factories import StepFactory
+
+REPO = Path(__file__).resolve().parents[2]
+DEAD = "dead-host:4242:abcdef"
+
+
+def claimed_by_a_dead_worker(chat, actions_played: int) -> Turn:
+    """The person's message, claimed by a worker that played some actions and then died."""
+    turn = services.message_send(conversation=chat, text="go")
+    assert services.turn_claim(worker=DEAD, limit=1) == [turn.pk]
+    for _ in range(actions_played):
+        assert services.turn_advance(turn_id=turn.pk, worker=DEAD).more
+    turn.refresh_from_db()
+    assert (turn.state, turn.claimed_by) == (TurnState.RUNNING, DEAD)
+    return turn
+
+
+def cut_off_step(turn: Turn, *, tool: str, family: str, effect: str, args: dict) -> Step:
+    """The step the dead worker had begun: recorded at its start, never ended."""
+    now = timezone.now()
+    step = StepFactory(
+        turn=turn,
+        number=turn.steps.count() + 1,
+        tool=tool,
+        family=family,
+        effect=effect,
+        args=args,
+        started_at=now,
+        ended_at=None,
+    )
+    Turn.objects.filter(pk=turn.pk).update(step_family=family, step_started_at=now)
+    return step
+
+
+@pytest.fixture
+def states_at_recovery(monkeypatch):
+    """What the turn and its chat read as at the moment each is recovered."""
+    seen: list[tuple[str, str]] = []
+    recover = services._recover_one
+
+    def watching(turn):
+        fresh = Turn.objects.select_related("conversation").get(pk=turn.pk)
+        seen.append((fresh.state, fresh.conversation.status))
+        return recover(turn)
+
+    monkeypatch.setattr(services, "_recover_one", watching)
+    return seen
+
+
+def test_a_reply_whose_worker_died_after_a_read_is_recovery_pending_first_then_resumed(
+    scripted_chat,
+    workspace,
+    states_at_recovery,
+    published,
+    django_capture_on_commit_callbacks,
+):
+    (workspace / "a.txt").write_text("a\n")
+    chat = scripted_chat([{"tool": "read_file", "args": {"path": "a.txt"}}, {"say": "Read it."}])
+    turn = claimed_by_a_dead_worker(chat, actions_played=1)
+    published.clear()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        [recovered] = services.turns_recover()
+
+    assert states_at_recovery == [(TurnState.RECOVERY_PENDING, Status.WORKING)]
+    assert recovered.pk == turn.pk
+    assert (recovered.state, recovered.claimed_by, recovered.ended_at) == (
+        TurnState.RUNNING,
+        "",
+        None,
+    )
+    # Never reported finished: no event says it ended, and the chat still reads as working.
+    assert not any("ended" in e.data for e in published)
+    assert [e.data["status"] for e in published if e.type == events.STATUS] == [Status.WORKING]
+    assert any(e.type == events.TURN_RUNNABLE for e in published)
+    note = chat.entries.get(role=EntryRole.CONCH)
+    assert (note.kind, note.data) == (EntryKind.NOTE, {"recovery": "resumed"})
+
+    drain()
+
+    turn.refresh_from_db()
+    chat.refresh_from_db()
+    assert turn.state == TurnState.COMPLETED
+    assert chat.status == Status.IDLE
+    assert turn.steps.count() == 1  # the finished read is not played again
+    assert chat.entries.last().text == "Read it."
+
+
+def test_a_read_step_that_was_cut_off_is_played_again(scripted_chat, workspace):
+    (workspace / "a.txt").write_text("a\n")
+    chat = scripted_chat([{"tool": "read_file", "args": {"path": "a.txt"}}, {"say": "Read it."}])
+    turn = claimed_by_a_dead_worker(chat, actions_played=0)
+    cut = cut_off_step(
+        turn, tool="read_file", family=READING_FILES, effect=Effect.READ, args={"path": "a.txt"}
+    )
+
+    services.turns_recover()
+    drain()
+
+    turn.refresh_from_db()
+    cut.refresh_from_db()
+    assert cut.ended_at is not None
+    assert "read again" in cut.error
+    again = turn.steps.get(number=2)
+    assert (again.tool, again.result, again.error) == ("read_file", "a\n", "")
+    assert turn.state == TurnState.COMPLETED
+
+
+def test_a_write_step_that_was_cut_off_is_not_run_again_and_the_reply_is_interrupted(
+    scripted_chat, workspace, states_at_recovery
+):
+    (workspace / "a.txt").write_text("before\n")
+    chat = scripted_chat(
+        [{"tool": "write_file", "args": {"path": "a.txt", "content": "after\n"}}, {"say": "Wrote."}]
+    )
+    turn = claimed_by_a_dead_worker(chat, actions_played=0)
+    cut = cut_off_step(
+        turn,
+        tool="write_file",
+        family=EDITING_FILES,
+        effect=Effect.WRITE,
+        args={"path": "a.txt", "content": "after\n"},
+    )
+
+    [recovered] = services.turns_recover()
+    drain()
+
+    assert states_at_recovery == [(TurnState.RECOVERY_PENDING, Status.WORKING)]
+    turn.refresh_from_db()
+    chat.refresh_from_db()
+    cut.refresh_from_db()
+    assert recovered.state == turn.state == TurnState.INTERRUPTED
+    assert turn.ended_at is not None
+    assert chat.status == Status.STOPPED
+    assert (workspace / "a.txt").read_text() == "before\n"
+    assert turn.steps.count() == 1
+    assert cut.ended_at is not None
+    assert "not run again" in cut.error
+    note = chat.entries.get(role=EntryRole.CONCH)
+    assert note.data == {"recovery": "interrupted"}
+    assert "“write_file”" in note.text and "not run again" in note.text
+    assert not chat.entries.filter(role=EntryRole.ASSISTANT).exists()
+
+
+def test_a_worker_among_others_recovers_only_replies_whose_lease_ran_out(scripted_chat):
+    live = claimed_by_a_dead_worker(scripted_chat([{"say": "a"}], title="Live"), 0)
+    dead = claimed_by_a_dead_worker(scripted_chat([{"say": "b"}], title="Dead"), 0)
+    Turn.objects.filter(pk=dead.pk).update(lease_until=timezone.now() - timezone.timedelta(1))
+
+    recovered = services.turns_recover(orphaned_only=True)
+
+    assert [t.pk for t in recovered] == [dead.pk]
+    live.refresh_from_db()
+    assert (live.state, live.claimed_by) == (TurnState.RUNNING, DEAD)
+
+
+def test_recovery_leaves_a_reply_waiting_for_the_persons_ok_alone(scripted_chat, workspace):
+    chat = scripted_chat(
+        [{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}], mode="ask"
+    )
+    services.message_send(conversation=chat, text="go")
+    drain()
+
+    assert services.turns_recover() == []
+    turn = chat.turns.get()
+    assert turn.state == TurnState.NEEDS_YOU
+    assert turn.pending_action["tool"] == "write_file"
+
+
+# ---------------------------------------------------------------------------
+# A worker process that really dies
+
+
+_DOOMED_WORKER = textwrap.dedent(
+    """
+    import os
+    import django
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from chats.models import Agent
+    from chats.runtime import services
+    from chats.runtime.runner import drain
+
+    call_command("migrate", verbosity=0)
+    folder = os.environ["CRASH_FOLDER"]
+    owner = get_user_model().objects.create(username="owner")
+    Agent.objects.create(slug="main", name="Conch", workspace=folder, is_default=True)
+    command = "echo run >> runs.log; echo $$ > ready.fifo; exec sleep 30"
+    chat = services.conversation_create(
+        owner=owner,
+        title="Crash",
+        folder=folder,
+        script=[[{"tool": "run_command", "args": {"command": command}}, {"say": "After."}]],
+    )
+    services.message_send(conversation=chat, text="go")
+    drain(worker="doomed-worker")
+    """
+)
+
+_RESTARTED_SERVER = textwrap.dedent(
+    """
+    import json
+    import django
+    django.setup()
+    from chats.models import Conversation, Step, Turn
+    from chats.runtime import services
+    from chats.runtime.runner import drain
+
+    turn = Turn.objects.get()
+    before = {
+        "state": turn.state,
+        "claimed_by": turn.claimed_by,
+        "cut_off": [
+            [s.tool, s.effect] for s in Step.objects.filter(turn=turn, ended_at__isnull=True)
+        ],
+    }
+    recovered = [t.state for t in services.turns_recover()]
+    drain(worker="fresh-worker")
+    turn.refresh_from_db()
+    chat = Conversation.objects.get()
+    print(json.dumps({
+        "before": before,
+        "recovered": recovered,
+        "state": turn.state,
+        "status": chat.status,
+        "steps": [[s.tool, s.error, s.ended_at is not None] for s in turn.steps.all()],
+        "entries": [[e.role, e.text, e.data] for e in chat.entries.all()],
+    }))
+    """
+)
+
+
+def _own_database_env(home: Path, folder: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        CONCH_HOME=str(home),
+        CRASH_FOLDER=str(folder),
+        DJANGO_SETTINGS_MODULE="conch.settings",
+        PYTHONPATH=str(REPO),
+    )
+    env.pop("CONCH_TEST_SQLITE", None)
+    return env
+
+
+def _wait_for_fifo(fifo: Path, timeout: float) -> str | None:
+    """The first line a writer puts in ``fifo``, or None if none came in time."""
+    got: list[str] = []
+
+    def read() -> None:
+        with open(fifo) as fh:  # blocks until the command opens it to write
+            got.append(fh.read().strip())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():  # unblock the reader so the thread ends
+        with open(fifo, "w"):
+            pass
+        reader.join(5)
+        return None
+    return got[0]
+
+
+def test_a_worker_killed_during_a_command_leaves_a_reply_that_is_interrupted_not_run_again(
+    tmp_path,
+):
+    """A real process claims the reply and is SIGKILLed while its command runs.
+
+    It has its own SQLite file (its own CONCH_HOME), so the crash and the
+    restart share a database on disk, as a server and its restart do.
+    """
+    home, folder = tmp_path / "home", tmp_path / "folder"
+    home.mkdir()
+    folder.mkdir()
+    fifo = folder / "ready.fifo"
+    os.mkfifo(fifo)
+    env = _own_database_env(home, folder)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _DOOMED_WORKER],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    command_pid = None
+    try:
+        ready = _wait_for_fifo(fifo, timeout=120)
+        if ready is None:
+            worker.kill()
+            _, err = worker.communicate(timeout=30)
+            pytest.fail(f"the worker never reached its command:\n{err}")
+        command_pid = int(ready)
+        worker.send_signal(signal.SIGKILL)
+        worker.communicate(timeout=30)
+        assert worker.returncode == -signal.SIGKILL
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.communicate(timeout=30)
+        if command_pid is not None:
+            try:  # the command had its own session, so it outlived the worker
+                os.kill(command_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    restart = subprocess.run(
+        [sys.executable, "-c", _RESTARTED_SERVER],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert restart.returncode == 0, restart.stderr
+    seen = json.loads(restart.stdout.strip().splitlines()[-1])
+
+    assert seen["before"] == {
+        "state": TurnState.RUNNING,
+        "claimed_by": "doomed-worker",
+        "cut_off": [["run_command", Effect.WRITE]],
+    }
+    assert seen["recovered"] == [TurnState.INTERRUPTED]
+    assert seen["state"] == TurnState.INTERRUPTED
+    assert seen["status"] == Status.STOPPED
+    [(tool, error, ended)] = seen["steps"]
+    assert (tool, ended) == ("run_command", True)
+    assert "not run again" in error
+    assert (folder / "runs.log").read_text() == "run\n"  # it ran once, and only once
+    notes = [(text, data) for role, text, data in seen["entries"] if role == EntryRole.CONCH]
+    assert [data for _, data in notes] == [{"recovery": "interrupted"}]
+    assert "It was not run again" in notes[0][0]
+    assert not any(role == EntryRole.ASSISTANT for role, _, _ in seen["entries"])
