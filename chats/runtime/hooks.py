@@ -9,6 +9,8 @@ Each hook is a small registry filled when an app is ready:
 - ``turn_start_hooks``: run as a turn is taken up, before its first step, and
   may raise the chat's taint (messages from tainted chats are taken in here).
 - ``turn_end_hooks``: run after a turn ends, once its ending is committed.
+- ``before_delete_hooks``: run inside the transaction that deletes a chat,
+  holding its row lock (a deleted chat tells the chats that wrote to it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chats.models import Turn
+    from chats.models import Conversation, Turn
 
 
 @dataclass(frozen=True)
@@ -29,11 +31,13 @@ class Note:
 
 NoteProvider = Callable[["Turn", bool], list[Note]]
 TurnHook = Callable[["Turn"], None]
+ChatHook = Callable[["Conversation"], None]
 
 note_providers: list[NoteProvider] = []
 system_sections: list[tuple[int, str]] = []
 turn_start_hooks: list[TurnHook] = []
 turn_end_hooks: list[TurnHook] = []
+before_delete_hooks: list[ChatHook] = []
 
 
 def add_note_provider(provider: NoteProvider) -> None:
@@ -55,3 +59,8 @@ def add_turn_start_hook(hook: TurnHook) -> None:
 def add_turn_end_hook(hook: TurnHook) -> None:
     if hook not in turn_end_hooks:
         turn_end_hooks.append(hook)
+
+
+def add_before_delete_hook(hook: ChatHook) -> None:
+    if hook not in before_delete_hooks:
+        before_delete_hooks.append(hook)

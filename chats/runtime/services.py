@@ -242,6 +242,8 @@ def conversation_archive(*, conversation: Conversation, archived: bool = True) -
 def conversation_delete(*, conversation: Conversation) -> None:
     with transaction.atomic():
         conversation = _lock_chat(conversation.pk)
+        for hook in list(hooks.before_delete_hooks):
+            hook(conversation)
         open_turn = conversation.turns.filter(ended_at__isnull=True).first()
         if open_turn is not None:
             _turn_end_locked(conversation, open_turn, TurnState.STOPPED, "The chat was deleted.")
@@ -390,10 +392,15 @@ def _after_turn_end(turn: Turn) -> None:
             hook(turn)
         except Exception:
             log.exception("turn-end hook failed for %s", turn)
-    if turn.conversation.origin == Origin.TASK:
-        tasks_make_room()
-    if turn.state != TurnState.STOPPED:
-        _take_queued_inputs(turn.conversation_id)
+    # This runs after the commit, in whoever committed: a failure here must not
+    # reach them. The runner's sweeps start queued tasks and replies it missed.
+    try:
+        if turn.conversation.origin == Origin.TASK:
+            tasks_make_room()
+        if turn.state != TurnState.STOPPED:
+            _take_queued_inputs(turn.conversation_id)
+    except Exception:
+        log.exception("starting what waited for %s failed", turn)
 
 
 def _take_queued_inputs(conversation_id: int) -> Turn | None:
@@ -652,7 +659,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
         _record_refused_step(turn, worker, call, str(exc), new_state)
         return Advance(True, "tool")
 
-    if conversation.mode == Mode.ASK and tool.asks_in_ask_mode:
+    if tool.must_ask(conversation):
         with transaction.atomic():
             conversation = _lock_chat(conversation.pk)
             if not _still_mine(turn.pk, worker):
@@ -794,8 +801,10 @@ def _run_step(
             if clear_pending:
                 update["pending_action"] = None
         Turn.objects.filter(pk=turn.pk).update(**update)
-        for key, value in ctx.outcome.items():
-            log.debug("tool outcome %s=%r", key, value)
+        if ctx.let_go and current.state == TurnState.RUNNING and current.claimed_by == worker:
+            # The reply lets go of its turn (wait_for): it ends here and carries on when woken.
+            current.files_changed = files
+            _turn_end_locked(conversation, current, TurnState.COMPLETED, ctx.let_go)
         _publish_chat(conversation, turn=turn.number, step=step.number, files=changed)
 
 

@@ -40,9 +40,10 @@ class ToolContext:
     conversation: Conversation
     turn: Turn
     folder: str
-    # Set by tools: files changed (full paths), and anything they want to tell the runtime.
+    # Set by tools: files changed (full paths), and whether the reply lets go of its turn
+    # (``wait_for``): the reply then ends, and carries on when what it waits for is done.
     files_changed: list[str] = field(default_factory=list)
-    outcome: dict[str, Any] = field(default_factory=dict)
+    let_go: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,13 @@ class Tool:
     offered: Offered = offered_always
     # A tool that changes the workspace or acts on the world asks first in Ask mode.
     asks_in_ask_mode: bool = False
+    # A tool with its own rule for asking the person first (``stop_chat``); overrides the above.
+    asks_first: Callable[[Conversation], bool] | None = None
+
+    def must_ask(self, conversation: Conversation) -> bool:
+        if self.asks_first is not None:
+            return self.asks_first(conversation)
+        return self.asks_in_ask_mode and conversation.mode == "ask"
 
     def as_function_spec(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.schema}
