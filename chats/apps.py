@@ -6,4 +6,6 @@ class ChatsConfig(AppConfig):
     verbose_name = "Chats"
 
     def ready(self) -> None:
-        from chats.tools import workspace  # noqa: F401  registers the workspace tools
+        from chats.tools import tasks, workspace  # noqa: F401  workspace registers its tools on import
+
+        tasks.register_tools()

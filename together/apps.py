@@ -8,7 +8,10 @@ class TogetherConfig(AppConfig):
     verbose_name = "Chats together"
 
     def ready(self) -> None:
+        from chats import events
         from chats.runtime import hooks
+        from chats.runtime.runner import register_sweep
+        from together import messages, waits
         from together.prompt import TOGETHER_PROMPT
         from together.reader import reader
         from together.tools import register_tools
@@ -16,3 +19,9 @@ class TogetherConfig(AppConfig):
         register_tools()
         hooks.add_system_section(TOGETHER_PROMPT, order=50)
         hooks.add_note_provider(reader)
+        hooks.add_note_provider(messages.message_reader)
+        hooks.add_turn_end_hook(waits.after_turn_end)
+        hooks.add_turn_end_hook(messages.after_turn_end)
+        hooks.add_before_delete_hook(messages.on_delete)
+        events.subscribe(waits.on_event)
+        register_sweep("waits", waits.LOOK_EVERY, waits.sweep)

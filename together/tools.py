@@ -9,7 +9,16 @@ from django.db import transaction
 from chats import events
 from chats.models import EntryKind, EntryRole
 from chats.runtime.services import entry_append
-from chats.tools.registry import LOOKING_AT_CHATS, Tool, ToolContext, ToolResult, register
+from chats.tools.registry import (
+    LOOKING_AT_CHATS,
+    MESSAGING_A_CHAT,
+    WAITING,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    register,
+)
 from together.listing import WHICH, ChatsLook, describe, list_chats
 from together.visibility import offers_together
 
@@ -77,5 +86,125 @@ LIST_CHATS = Tool(
 )
 
 
+# ---------------------------------------------------------------------------
+# wait_for, message_chat, stop_chat
+
+
+def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    from chats.runtime.services import ConchError
+    from together.waits import wait_for
+
+    try:
+        answer = wait_for(
+            waiter=ctx.conversation, turn=ctx.turn, kind=args["kind"], target_id=args["id"]
+        )
+    except ConchError as exc:
+        raise ToolError(str(exc)) from None
+    if answer.let_go:
+        ctx.let_go = answer.text
+    return ToolResult(answer.text)
+
+
+def _message_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    from chats.runtime.services import ConchError
+    from together.messages import message_chat
+
+    try:
+        sent = message_chat(
+            sender=ctx.conversation,
+            turn=ctx.turn,
+            chat_id=args["chat"],
+            text=args["text"],
+            start_reply=bool(args.get("start_reply")),
+        )
+    except ConchError as exc:
+        raise ToolError(str(exc)) from None
+    return ToolResult(sent.answer)
+
+
+def _stop_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    from chats.runtime.services import ConchError
+    from together.messages import stop_chat
+
+    try:
+        return ToolResult(
+            stop_chat(
+                sender=ctx.conversation, turn=ctx.turn, chat_id=args["chat"], reason=args["reason"]
+            )
+        )
+    except ConchError as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _stop_asks_first(conversation) -> bool:
+    from together.messages import stop_asks_first
+
+    return stop_asks_first(conversation)
+
+
+WAIT_FOR = Tool(
+    name="wait_for",
+    description=(
+        "Wait, without using the model, until another of the person's chats stops working (kind 'chat', its id "
+        "from list_chats) or a task this chat started is done (kind 'task'). This reply ends now; a new one "
+        "starts when it's done, with how it ended. Survives a restart."
+    ),
+    schema={
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": ["chat", "task"]},
+            "id": {"type": "string", "minLength": 1, "maxLength": 40},
+        },
+        "required": ["kind", "id"],
+        "additionalProperties": False,
+    },
+    family=WAITING,
+    effect="read",
+    run=_wait_for,
+    offered=offers_together,
+)
+MESSAGE_CHAT = Tool(
+    name="message_chat",
+    description=(
+        "Send a message to another of the person's chats (its id from list_chats). It reads it at its next step, "
+        "or when its next reply starts; start_reply starts that reply now. Bounded: a chain of replies may send "
+        "8 messages and start 4 replies in all."
+    ),
+    schema={
+        "type": "object",
+        "properties": {
+            "chat": {"type": "string", "minLength": 1, "maxLength": 40},
+            "text": {"type": "string", "minLength": 1, "maxLength": 8000},
+            "start_reply": {"type": "boolean", "default": False},
+        },
+        "required": ["chat", "text"],
+        "additionalProperties": False,
+    },
+    family=MESSAGING_A_CHAT,
+    effect="write",
+    run=_message_chat,
+    offered=offers_together,
+)
+STOP_CHAT = Tool(
+    name="stop_chat",
+    description="Stop another of the person's chats' running reply, saying why. It hears why at its next reply.",
+    schema={
+        "type": "object",
+        "properties": {
+            "chat": {"type": "string", "minLength": 1, "maxLength": 40},
+            "reason": {"type": "string", "minLength": 1, "maxLength": 300},
+        },
+        "required": ["chat", "reason"],
+        "additionalProperties": False,
+    },
+    family=MESSAGING_A_CHAT,
+    effect="write",
+    run=_stop_chat,
+    offered=offers_together,
+    asks_first=_stop_asks_first,
+)
+
+
 def register_tools() -> None:
-    register(LIST_CHATS)
+    for tool in (LIST_CHATS, WAIT_FOR, MESSAGE_CHAT, STOP_CHAT):
+        register(tool)

@@ -1,0 +1,132 @@
+"""Tasks: background work a chat starts, on the subagent lane, and room for them (ADR 0129)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+
+from chats.models import Origin, Task, TaskState
+from chats.runtime import hooks
+from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
+
+STARTING_A_TASK = "starting a task"
+CHECKING_TASKS = "checking on tasks"
+
+TASKS_PROMPT = """\
+Tasks. start_background_task starts work that runs on its own while you carry on. \
+To carry on once a task is done, wait for it (wait_for with kind "task") instead of checking on it; \
+task_status tells you how much room there is for tasks and what each of yours is doing."""
+
+
+def capacity() -> dict[str, Any]:
+    """How many tasks run at once now, how many work and wait across every chat, and what holds the rest."""
+    at_once = settings.CONCH_SUBAGENT_LANE
+    working = Task.objects.filter(state=TaskState.RUNNING).count()
+    waiting_for_room = Task.objects.filter(
+        state__in=[TaskState.QUEUED, TaskState.WAITING_FOR_ROOM]
+    ).count()
+    waiting_for_ok = Task.objects.filter(state=TaskState.WAITING_FOR_OK).count()
+    held_back = []
+    if waiting_for_room:
+        held_back.append(
+            f"{waiting_for_room} waiting for room: {working} of {at_once} places are taken"
+        )
+    if waiting_for_ok:
+        held_back.append(f"{waiting_for_ok} waiting for the person's OK")
+    return {
+        "at_once": at_once,
+        "working": working,
+        "waiting": waiting_for_room + waiting_for_ok,
+        "held_back_by": held_back or ["nothing"],
+    }
+
+
+def _task_row(task: Task) -> dict[str, Any]:
+    row = {"id": task.public_id, "title": task.title, "state": task.state}
+    if task.state == TaskState.DONE and task.result:
+        row["result"] = task.result[-800:]
+    if task.reason and task.state not in (TaskState.DONE, TaskState.RUNNING):
+        row["reason"] = task.reason
+    return row
+
+
+def _task_status(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    tasks = Task.objects.filter(parent=ctx.conversation).order_by("created_at")
+    answer = {"capacity": capacity(), "tasks": [_task_row(t) for t in tasks]}
+    return ToolResult(json.dumps(answer, ensure_ascii=False, indent=1))
+
+
+def _start_background_task(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+    from chats.engines.scripted import ScriptError, validate_script
+    from chats.runtime.services import ConchError, task_start
+
+    script = args.get("script")
+    if script is not None:
+        try:
+            validate_script(script, where="script")
+        except ScriptError as exc:
+            raise ToolError(f"start_background_task: {exc}") from None
+    try:
+        task = task_start(
+            parent=ctx.conversation,
+            title=args["title"],
+            prompt=args.get("prompt", ""),
+            script=script,
+        )
+    except ConchError as exc:
+        raise ToolError(str(exc)) from None
+    where = (
+        "It is running."
+        if task.state == TaskState.RUNNING
+        else "It is waiting for room, and starts when there is."
+    )
+    return ToolResult(
+        f"Started the task “{task.title}” ({task.public_id}). {where} "
+        f"To carry on once it's done, wait for it: wait_for kind task, id {task.public_id}."
+    )
+
+
+def _may_start_tasks(conversation) -> bool:
+    return conversation.origin not in (Origin.PEER, Origin.CLIENT, Origin.ARTIFACT)
+
+
+def register_tools() -> None:
+    register(
+        Tool(
+            name="start_background_task",
+            description=(
+                "Start a task that works in the background, as a chat of its own, while this reply carries on. "
+                "To carry on once it's done, wait for it with wait_for instead of checking on it."
+            ),
+            schema={
+                "type": "object",
+                "properties": {
+                    "title": {"type": "string", "minLength": 1, "maxLength": 120},
+                    "prompt": {"type": "string"},
+                    "script": {
+                        "type": "array",
+                        "description": "For scripted personas only: the task's replies.",
+                    },
+                },
+                "required": ["title"],
+                "additionalProperties": False,
+            },
+            family=STARTING_A_TASK,
+            effect="write",
+            run=_start_background_task,
+            offered=_may_start_tasks,
+        )
+    )
+    register(
+        Tool(
+            name="task_status",
+            description="How much room there is for tasks, and what each task this chat started is doing.",
+            schema={"type": "object", "properties": {}, "additionalProperties": False},
+            family=CHECKING_TASKS,
+            effect="read",
+            run=_task_status,
+        )
+    )
+    hooks.add_system_section(TASKS_PROMPT, order=40)

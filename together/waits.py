@@ -1,0 +1,401 @@
+"""``wait_for`` another chat or a task, watched without calling a model (ADR 0134).
+
+The waiting reply lets go of its turn. The wait is a stored :class:`WaitSpec`
+(a ``Wait`` row), so it survives a restart. It is looked at when the other
+chat's reply ends (in whichever process ends it), when this process sees an
+event about it, and every 30 seconds in case a change went unsaid. A look is
+cheap while the other chat works: its record, never its log; its last reply
+is read once, when it stops.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from chats import events
+from chats.models import (
+    TASK_GOING_STATES,
+    Conversation,
+    EntryKind,
+    EntryRole,
+    StartedBy,
+    Status,
+    Taint,
+    Task,
+    TaskState,
+    Turn,
+    TurnState,
+)
+from chats.runtime.services import ConchError, entry_append, taint_raise, turn_start
+from together.messages import ERR_NO_SUCH_CHAT, MESSAGE_LIMITS
+from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
+from together.quoting import fence, plain
+from together.visibility import is_yours, offers_together
+
+log = logging.getLogger(__name__)
+
+LOOK_EVERY = 30.0
+LAST_REPLY_LIMIT = 800
+
+ERR_NO_SUCH_TASK = "There is no task {id} among this chat's tasks."
+ERR_WAIT_BACK = (
+    "“{title}” (chat {id}) is waiting for this chat. Waiting back would only wake each in turn; "
+    "finish your part instead."
+)
+ERR_SELF = "A chat can't wait for itself."
+ERR_TOO_MANY = f"This chat is already waiting for {MESSAGE_LIMITS.waiting_per_chat} things (MESSAGE_LIMITS.waiting_per_chat)."
+
+ENDED_WORDS = {
+    TurnState.COMPLETED: "finished its reply",
+    TurnState.STOPPED: "was stopped before its reply finished",
+    TurnState.INTERRUPTED: "was stopped before its reply finished",
+    TurnState.NEEDS_YOU: "needs you",
+    TurnState.FAILED: "didn't finish its reply",
+}
+TASK_ENDED_WORDS = {
+    TaskState.DONE: "is done",
+    TaskState.UNVERIFIED: "finished, unverified",
+    TaskState.FAILED: "failed",
+    TaskState.STOPPED: "was stopped",
+    TaskState.INTERRUPTED: "was interrupted",
+}
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """What a wait is for, as it is stored: a chat or a task, by id."""
+
+    kind: str
+    id: str
+
+
+# ---------------------------------------------------------------------------
+# Still working?
+
+
+def chat_still_working(chat: Conversation) -> bool:
+    """A reply running or pending recovery, a message on its way in, a task still waiting for room,
+    or a wait of its own: each means the chat will carry on by itself, so it isn't done."""
+    if chat.turns.filter(
+        ended_at__isnull=True, state__in=[TurnState.RUNNING, TurnState.RECOVERY_PENDING]
+    ).exists():
+        return True
+    if ChatMessage.objects.filter(
+        receiver=chat, state=MessageState.WAITING, start_reply=True
+    ).exists():
+        return True
+    if Task.objects.filter(
+        chat=chat, state__in=[TaskState.QUEUED, TaskState.WAITING_FOR_ROOM]
+    ).exists():
+        return True
+    return Wait.objects.filter(waiter=chat, state=WaitState.WAITING).exists()
+
+
+def task_still_going(task: Task) -> bool:
+    """A task waiting for room or for the person's OK is still going."""
+    return task.state in TASK_GOING_STATES
+
+
+# ---------------------------------------------------------------------------
+# Starting a wait
+
+
+@dataclass(frozen=True)
+class WaitAnswer:
+    text: str
+    let_go: bool
+    wait: Wait | None = None
+
+
+def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
+    """Wait for a chat of yours or a task of this chat's. Two waits for the same id are one."""
+    if kind == WaitKind.CHAT:
+        target = _find_chat(waiter, target_id)
+        title, public_id = target.title, target.public_id
+        back = Wait.objects.filter(
+            waiter=target, target_chat=waiter, state=WaitState.WAITING
+        ).exists()
+        if back:
+            raise ConchError(ERR_WAIT_BACK.format(title=plain(target.title), id=target.public_id))
+        if not chat_still_working(target):
+            return WaitAnswer(
+                _chat_outcome_text(waiter, target, bare=False, taint_first=True), let_go=False
+            )
+        fields = {"target_chat": target}
+    elif kind == WaitKind.TASK:
+        task = (
+            Task.objects.filter(public_id=target_id, parent=waiter).select_related("chat").first()
+        )
+        if task is None:
+            raise ConchError(ERR_NO_SUCH_TASK.format(id=plain(target_id, limit=40)))
+        title, public_id = task.title, task.public_id
+        if not task_still_going(task):
+            return WaitAnswer(
+                _task_outcome_text(waiter, task, bare=False, taint_first=True), let_go=False
+            )
+        fields = {"target_task": task}
+    else:
+        raise ConchError("kind must be 'chat' or 'task'.")
+
+    existing = Wait.objects.filter(
+        waiter=waiter, kind=kind, target_public_id=public_id, state=WaitState.WAITING
+    ).first()
+    if existing is not None:
+        return WaitAnswer(
+            f"Already waiting for “{plain(title)}” ({public_id}); that is the same wait.",
+            True,
+            existing,
+        )
+    if (
+        Wait.objects.filter(waiter=waiter, state=WaitState.WAITING).count()
+        >= MESSAGE_LIMITS.waiting_per_chat
+    ):
+        raise ConchError(ERR_TOO_MANY)
+    try:
+        with transaction.atomic():
+            wait = Wait.objects.create(
+                waiter=waiter,
+                kind=kind,
+                target_public_id=public_id,
+                target_title=title,
+                chain_id=turn.chain_id,
+                waiter_taint_at_start=waiter.taint,
+                **fields,
+            )
+            entry_append(
+                conversation=waiter,
+                role=EntryRole.CONCH,
+                kind=EntryKind.CARD,
+                turn=turn,
+                text=f"Waiting for “{plain(title)}”",
+                data={"card": "wait", "wait": wait.pk, "kind": kind, "target": public_id},
+            )
+            events.publish(
+                events.CONVERSATION_UPDATED,
+                owner_id=waiter.owner_id,
+                conversation_id=waiter.public_id,
+                data={"waiting_for": public_id},
+            )
+    except IntegrityError:  # the same wait, made a moment ago
+        wait = Wait.objects.get(
+            waiter=waiter, kind=kind, target_public_id=public_id, state=WaitState.WAITING
+        )
+        return WaitAnswer(
+            f"Already waiting for “{plain(title)}” ({public_id}); that is the same wait.",
+            True,
+            wait,
+        )
+    what = "chat" if kind == WaitKind.CHAT else "task"
+    return WaitAnswer(
+        f"Waiting for the {what} “{plain(title)}” ({public_id}). This reply ends now; "
+        "a new one starts when it's done, with how it ended.",
+        let_go=True,
+        wait=wait,
+    )
+
+
+def _find_chat(waiter: Conversation, chat_id: str) -> Conversation:
+    if not offers_together(waiter):
+        raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain(chat_id, limit=40)))
+    if chat_id == waiter.public_id:
+        raise ConchError(ERR_SELF)
+    target = Conversation.objects.filter(public_id=chat_id).first()
+    if target is None or not is_yours(target, owner_id=waiter.owner_id):
+        raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain(chat_id, limit=40)))
+    return target
+
+
+# ---------------------------------------------------------------------------
+# What the waking turn hears
+
+
+def last_reply_of(chat: Conversation) -> str:
+    """The latest finished turn's reply: its assistant words, in order."""
+    turn = chat.turns.filter(ended_at__isnull=False).order_by("-number").first()
+    if turn is None:
+        return ""
+    words = turn.entries.filter(role=EntryRole.ASSISTANT, kind=EntryKind.MESSAGE).order_by("seq")
+    return "\n\n".join(words.values_list("text", flat=True))
+
+
+def _carry_taint(waiter: Conversation, source_taint: str, source: str) -> None:
+    """A chat that read something from outside taints the one that waits for it, before it reads."""
+    if source_taint != Taint.NONE:
+        taint_raise(conversation=waiter, taint=Taint.UNTRUSTED, why=f"waited for {source}")
+
+
+def how_it_ended(target: Conversation) -> str:
+    if target.status == Status.NEEDS_YOU:
+        return "needs you"
+    last = target.turns.filter(ended_at__isnull=False).order_by("-number").first()
+    return (
+        ENDED_WORDS.get(TurnState(last.state), "stopped working") if last else "has no replies yet"
+    )
+
+
+def _chat_outcome_text(
+    waiter: Conversation, target: Conversation, *, bare: bool, taint_first: bool
+) -> str:
+    ended = how_it_ended(target)
+    name = f"“{plain(target.title)}”"
+    lines = [f"[Conch: {name} {ended}. (chat {target.public_id}, which this chat was waiting for)"]
+    if ended == "needs you":
+        lines[0] += " Tell the person that it needs them."
+    lines[0] += "]"
+    if taint_first:
+        _carry_taint(waiter, target.taint, f"chat {target.public_id}")
+    if not bare:
+        reply = last_reply_of(target)
+        if reply:
+            lines.append(
+                fence("chat-reply", reply, limit=LAST_REPLY_LIMIT, attrs={"chat": target.public_id})
+            )
+    return "\n".join(lines)
+
+
+def _task_outcome_text(waiter: Conversation, task: Task, *, bare: bool, taint_first: bool) -> str:
+    ended = TASK_ENDED_WORDS.get(TaskState(task.state), task.get_state_display())
+    lines = [f"[Conch: the task “{plain(task.title)}” ({task.public_id}) {ended}.]"]
+    if taint_first and task.chat is not None:
+        _carry_taint(waiter, task.chat.taint, f"task {task.public_id}")
+    if not bare:
+        words = task.result if task.state == TaskState.DONE else (task.reason or task.result)
+        if words:
+            lines.append(
+                fence("task-result", words, limit=LAST_REPLY_LIMIT, attrs={"task": task.public_id})
+            )
+    return "\n".join(lines)
+
+
+def headline(wait: Wait, ended: str) -> str:
+    return f"“{plain(wait.target_title)}” {ended}"
+
+
+# ---------------------------------------------------------------------------
+# Waking
+
+
+def waits_check(*, chat_pk: int | None = None, task_pk: int | None = None) -> list[Wait]:
+    """Look at the waits on this chat or task (or every wait), and wake those whose target is done."""
+    waits = Wait.objects.filter(state=WaitState.WAITING).select_related(
+        "waiter", "target_chat", "target_task"
+    )
+    if chat_pk is not None:
+        task_ids = list(Task.objects.filter(chat_id=chat_pk).values_list("pk", flat=True))
+        waits = waits.filter(Q(target_chat_id=chat_pk) | Q(target_task_id__in=task_ids))
+    elif task_pk is not None:
+        waits = waits.filter(target_task_id=task_pk)
+    woken = []
+    for wait in list(waits):
+        if _done(wait) and wake(wait=wait):
+            woken.append(wait)
+    return woken
+
+
+def _done(wait: Wait) -> bool:
+    if wait.kind == WaitKind.CHAT:
+        return wait.target_chat is None or not chat_still_working(wait.target_chat)
+    return wait.target_task is None or not task_still_going(wait.target_task)
+
+
+def wake(*, wait: Wait) -> bool:
+    """Wake the waiting chat once: taint it first, then start its turn with what it hears."""
+    with transaction.atomic():
+        if not Wait.objects.filter(pk=wait.pk, state=WaitState.WAITING).update(
+            state=WaitState.WOKEN, woken_at=timezone.now()
+        ):
+            return False  # someone else woke it
+    waiter = Conversation.objects.get(pk=wait.waiter_id)
+    # Someone else's words came in since it began waiting: it hears how the other ended, never what it said.
+    bare = waiter.taint == Taint.PERSON and wait.waiter_taint_at_start != Taint.PERSON
+    if wait.kind == WaitKind.CHAT:
+        if wait.target_chat is None:
+            text = f"[Conch: “{plain(wait.target_title)}” ({wait.target_public_id}), which this chat was waiting for, was deleted.]"
+            ended = "was deleted"
+        else:
+            target = Conversation.objects.get(pk=wait.target_chat_id)
+            text = _chat_outcome_text(waiter, target, bare=bare, taint_first=True)
+            ended = how_it_ended(target)
+    else:
+        task = Task.objects.filter(pk=wait.target_task_id).select_related("chat").first()
+        if task is None:
+            text = (
+                f"[Conch: the task “{plain(wait.target_title)}” ({wait.target_public_id}) is gone.]"
+            )
+            ended = "is gone"
+        else:
+            text = _task_outcome_text(waiter, task, bare=bare, taint_first=True)
+            ended = TASK_ENDED_WORDS.get(TaskState(task.state), task.state)
+    Wait.objects.filter(pk=wait.pk).update(
+        outcome={"headline": headline(wait, ended), "bare": bare}
+    )
+    waiter.refresh_from_db()
+    data = {"wait": wait.pk, "woken_by": wait.target_public_id, "headline": headline(wait, ended)}
+    try:
+        turn_start(
+            conversation=waiter,
+            started_by=StartedBy.WAIT,
+            chain_id=wait.chain_id,
+            text=text,
+            role=EntryRole.CONCH,
+            data=data,
+        )
+    except ConchError:
+        # It's busy (the person wrote meanwhile): it reads this at its next step.
+        with transaction.atomic():
+            entry_append(
+                conversation=Conversation.objects.select_for_update().get(pk=waiter.pk),
+                role=EntryRole.CONCH,
+                kind=EntryKind.NOTE,
+                text=text,
+                data=data,
+            )
+            events.publish(
+                events.CONVERSATION_UPDATED,
+                owner_id=waiter.owner_id,
+                conversation_id=waiter.public_id,
+            )
+    return True
+
+
+def after_turn_end(turn: Turn) -> None:
+    waits_check(chat_pk=turn.conversation_id)
+
+
+def on_event(event: events.Event) -> None:
+    """Events nudge the look at once; the 30-second sweep catches anything unsaid."""
+    if event.type not in (events.STATUS, events.CONVERSATION_DELETED, events.TASK_CHANGED):
+        return
+    if event.type == events.TASK_CHANGED and event.data.get("task"):
+        task = (
+            Task.objects.filter(public_id=event.data["task"]).values_list("pk", flat=True).first()
+        )
+        if task:
+            waits_check(task_pk=task)
+        return
+    if not Wait.objects.filter(
+        state=WaitState.WAITING, target_public_id=event.conversation_id
+    ).exists():
+        return
+    chat = (
+        Conversation.objects.filter(public_id=event.conversation_id)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if chat is None:
+        # Deleted: its waits' target is gone (SET_NULL), so a look wakes them.
+        for wait in Wait.objects.filter(
+            state=WaitState.WAITING, target_public_id=event.conversation_id
+        ):
+            wake(wait=wait)
+    else:
+        waits_check(chat_pk=chat)
+
+
+def sweep() -> None:
+    waits_check()
