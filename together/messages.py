@@ -304,7 +304,7 @@ def take_in(*, message: ChatMessage, turn: Turn) -> Note | None:
     if why:
         _settle(message, MessageState.NOT_DELIVERED, why)
         return None
-    if receiver.effective_inbound == Inbound.HOLD:
+    if receiver.effective_inbound == Inbound.HOLD and message.passed_on_at is None:
         _settle(message, MessageState.HELD, "")
         return None
     if message.sender_taint != Taint.NONE:
@@ -383,7 +383,7 @@ def after_turn_end(turn: Turn) -> None:
 def held_message_pass(*, message: ChatMessage) -> ChatMessage:
     with transaction.atomic():
         if not ChatMessage.objects.filter(pk=message.pk, state=MessageState.HELD).update(
-            state=MessageState.WAITING, reason=""
+            state=MessageState.WAITING, reason="", passed_on_at=timezone.now()
         ):
             raise ConchError(ERR_NOT_HELD)
         message.refresh_from_db()

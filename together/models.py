@@ -100,6 +100,9 @@ class ChatMessage(models.Model):
         blank=True, help_text="Why it wasn't delivered, turned away or dismissed."
     )
     created_at = models.DateTimeField(default=timezone.now)
+    passed_on_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the person pressed Pass it on."
+    )
     read_at = models.DateTimeField(null=True, blank=True)
     read_in_turn = models.ForeignKey(
         "chats.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -118,7 +118,13 @@ def entry_append(
 
 
 def _lock_chat(conversation_id: int) -> Conversation:
-    return Conversation.objects.select_for_update().select_related("agent").get(pk=conversation_id)
+    # of=("self",): locking the joined agent row too would serialise every chat of a
+    # persona across runners, and deadlock on PostgreSQL with a commit's deferred FK check.
+    return (
+        Conversation.objects.select_for_update(of=("self",))
+        .select_related("agent")
+        .get(pk=conversation_id)
+    )
 
 
 def _publish_chat(
@@ -434,12 +440,13 @@ def turn_end(*, turn: Turn, state: str, reason: str = "") -> None:
 
 
 def conversation_stop(
-    *, conversation: Conversation, by: str = "person", reason: str = ""
+    *, conversation: Conversation, by: str = "person", reason: str = "", note: str = ""
 ) -> Turn | None:
     """Stop a chat's open reply. Returns the stopped turn, or None if nothing was open.
 
     The runner notices at its next step boundary; a step already running
-    finishes and is recorded, since its files really changed.
+    finishes and is recorded, since its files really changed. ``note`` is what
+    the chat's transcript says about it (by default, "Stopped: <reason>").
     """
     with transaction.atomic():
         conversation = _lock_chat(conversation.pk)
@@ -453,7 +460,7 @@ def conversation_stop(
             role=EntryRole.CONCH,
             kind=EntryKind.NOTE,
             turn=turn,
-            text=f"Stopped: {why}",
+            text=note or f"Stopped: {why}",
             data={"stopped_by": by},
         )
         return turn

@@ -63,3 +63,20 @@ def look():
 
 def command(cmd="true"):
     return {"tool": "run_command", "args": {"command": cmd}}
+
+
+@pytest.fixture
+def live(transactional_db, owner, agent, workspace):
+    """A stage whose commits really commit, so on-commit work (events, waking, starting replies) runs."""
+    return Stage(owner, workspace)
+
+
+def message(chat, text, start_reply=False):
+    return {
+        "tool": "message_chat",
+        "args": {"chat": chat.public_id, "text": text, "start_reply": start_reply},
+    }
+
+
+def wait_chat(chat):
+    return {"tool": "wait_for", "args": {"kind": "chat", "id": chat.public_id}}
