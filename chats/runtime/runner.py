@@ -180,11 +180,16 @@ class Runner:
 _embedded: Runner | None = None
 
 
-def start_embedded_runner() -> Runner:
-    """The runner inside the server process (``conch serve``)."""
+def start_embedded_runner(*, lone: bool = True) -> Runner:
+    """The runner inside the server process (``conch serve``).
+
+    ``lone`` only when no other runner shares the database (the embedded
+    SQLite): a lone runner takes every claimed turn at start for an orphan, so
+    beside live workers it would take over their running replies.
+    """
     global _embedded
     if _embedded is None:
-        _embedded = Runner(lone=True).start()
+        _embedded = Runner(lone=lone).start()
     return _embedded
 
 
