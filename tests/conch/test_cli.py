@@ -1,0 +1,294 @@
+"""The ``conch`` command: ``serve``, ``worker``, and everything else passed to Django.
+
+Most of these run the real command in a subprocess with its own CONCH_HOME
+(SQLite, the in-memory channel layer), as a person would on a fresh machine.
+"""
+
+from __future__ import annotations
+
+import http.client
+import io
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
+from django.core.management import call_command
+
+from chats.management.commands import serve
+from chats.signin import signin_token_redeem
+from tests.scaleout.processes import REPO, process_env, wait_until
+
+_SCRIPT = Path(sys.executable).with_name("conch")
+CONCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "conch.cli"]
+LINK = re.compile(r"http://127\.0\.0\.1:(\d+)/signin/([\w-]+)/")
+
+# Run in a child `conch shell`: migrate, then start one reply that writes a file.
+SEED = """
+import os
+from django.core.management import call_command
+from django.contrib.auth import get_user_model
+from chats.runtime import services
+
+call_command("migrate", interactive=False, verbosity=0)
+folder = os.environ["SEED_FOLDER"]
+owner = get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True)
+chat = services.conversation_create(owner=owner, title="Proof", folder=folder, script=[[
+    {"tool": "write_file", "args": {"path": "proof.txt", "content": "ran"}},
+    {"say": "Done."},
+]])
+services.message_send(conversation=chat, text="go")
+"""
+
+
+def conch(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*CONCH, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def start(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [*CONCH, *args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def stop(process: subprocess.Popen) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+    return process.wait(timeout=20)
+
+
+def seed_one_reply(home: Path, env: dict[str, str]) -> Path:
+    folder = home / "work"
+    folder.mkdir()
+    done = conch("shell", "-c", SEED, env={**env, "SEED_FOLDER": str(folder)})
+    assert done.returncode == 0, done.stderr
+    return folder
+
+
+def turn_states(home: Path) -> list[str]:
+    with sqlite3.connect(home / "conch.sqlite3") as db:
+        return [state for (state,) in db.execute("SELECT state FROM chats_turn")]
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    path = tmp_path / "conch-home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def env(home) -> dict[str, str]:
+    return process_env(home)
+
+
+# -- serve ---------------------------------------------------------------------
+
+
+def test_serve_prints_a_one_time_link_and_serves_the_admin_and_static_files(home, env):
+    log = home / "serve.log"
+    server = start("serve", "--port", "0", env=env, log=log)
+    try:
+        port, token = wait_until(
+            lambda: LINK.search(log.read_text()), timeout=30, what="the sign-in link"
+        ).groups()
+        assert f"The admin is at http://127.0.0.1:{port}/admin/" in log.read_text()
+
+        def get(path: str, cookie: str = "") -> http.client.HTTPResponse:
+            conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=10)
+            conn.request("GET", path, headers={"Cookie": cookie} if cookie else {})
+            response = conn.getresponse()
+            response.body = response.read()
+            conn.close()
+            return response
+
+        signed_in = get(f"/signin/{token}/")
+        assert signed_in.status == 302
+        assert signed_in.getheader("Location") == "/"
+        cookies = [c.split(";")[0] for c in signed_in.msg.get_all("Set-Cookie")]
+        assert any(c.startswith("sessionid=") for c in cookies), cookies
+        cookie = "; ".join(cookies)
+        assert get("/", cookie).status == 200
+        assert get(f"/signin/{token}/").status == 403, "the link works once"
+
+        assert get("/admin/login/").status == 200
+        css = get("/static/admin/css/base.css")  # DEBUG is off: the static handler serves it
+        assert css.status == 200
+        assert css.getheader("Content-Type").startswith("text/css")
+    finally:
+        code = stop(server)
+    assert code == 0, log.read_text()
+
+
+def test_serve_runs_replies_before_any_request_and_stops_cleanly_on_sigterm(home, env):
+    folder = seed_one_reply(home, env)
+    assert turn_states(home) == ["running"]
+    log = home / "serve.log"
+    server = start("serve", "--port", "0", env=env, log=log)
+    try:
+        # No request is made: the runner started with the server, not with a page.
+        wait_until(lambda: turn_states(home) == ["completed"], timeout=30, what="the reply")
+        assert (folder / "proof.txt").read_text() == "ran"
+        wait_until(lambda: LINK.search(log.read_text()), timeout=30, what="the sign-in link")
+    finally:
+        code = stop(server)
+    assert code == 0, log.read_text()
+    assert "Conch stopped." in log.read_text()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.com"])
+def test_serve_refuses_a_host_that_is_not_loopback(env, host):
+    done = conch("serve", "--host", host, env=env)
+    assert done.returncode != 0
+    assert "--host must be a loopback address" in done.stderr
+    assert repr(host) in done.stderr
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "eighty"])
+def test_serve_refuses_a_port_out_of_range(env, port):
+    done = conch("serve", "--port", port, env=env)
+    assert done.returncode == 2
+    assert "argument --port" in done.stderr
+    assert "1 to 65535" in done.stderr
+
+
+class _Port:
+    def getHost(self):  # noqa: N802 - Twisted's name
+        return SimpleNamespace(host="127.0.0.1", port=8000)
+
+
+@pytest.fixture
+def no_daphne(monkeypatch):
+    """Run ``serve`` in this process with Daphne, the runner and migrate replaced by recorders."""
+    calls: list = []
+
+    class Runner:
+        name, threads = "test-runner", 2
+
+        def stop(self):
+            calls.append("runner stopped")
+
+    def run(server):
+        calls.append(("daphne runs", server))
+        server.listen_success(_Port())
+
+    monkeypatch.setattr(
+        "chats.runtime.runner.start_embedded_runner",
+        lambda *, lone: calls.append(("runner started", lone)) or Runner(),
+    )
+    monkeypatch.setattr("chats.events.bind_loop", lambda loop: None)
+    monkeypatch.setattr(serve, "call_command", lambda *a, **k: calls.append(a))
+    # The test's transaction holds the connection: serve must not close it here.
+    monkeypatch.setattr(serve, "connection", SimpleNamespace(vendor="sqlite", close=lambda: None))
+    monkeypatch.setattr(serve.ConchServer, "run", run)
+    return calls
+
+
+def test_serve_starts_the_runner_before_daphne_and_sets_the_websocket_timeout(
+    db, no_daphne, settings
+):
+    settings.CONCH_WEBSOCKET_TIMEOUT = 4321
+    out = io.StringIO()
+    call_command("serve", stdout=out)
+
+    assert no_daphne[0] == ("migrate",)
+    assert no_daphne[1] == ("runner started", True)  # SQLite: the only runner there is
+    _, server = no_daphne[2]
+    assert no_daphne[3:] == ["runner stopped"]
+    assert server.websocket_timeout == 4321
+    assert server.endpoints == ["tcp:port=8000:interface=127.0.0.1"]
+    assert isinstance(server.application, ASGIStaticFilesHandler)
+
+    token = LINK.search(out.getvalue()).group(2)
+    owner = signin_token_redeem(token=token)
+    assert owner is not None and owner.is_superuser
+
+
+def test_serve_demo_loads_the_demo_when_there_is_one(db, no_daphne, monkeypatch):
+    monkeypatch.setattr(serve, "get_commands", lambda: {"conch_demo": "chats"})
+    out = io.StringIO()
+    call_command("serve", "--demo", stdout=out)
+    assert ("conch_demo",) in no_daphne
+    assert "Demo chats loaded." in out.getvalue()
+
+
+def test_serve_demo_says_so_when_there_is_no_demo(db, no_daphne, monkeypatch):
+    monkeypatch.setattr(serve, "get_commands", lambda: {})
+    out = io.StringIO()
+    call_command("serve", "--demo", stdout=out)
+    assert ("conch_demo",) not in no_daphne
+    assert "no conch_demo command" in out.getvalue()
+
+
+def test_serve_on_ipv6_loopback_listens_there():
+    assert serve.endpoint("::1", 8000) == r"tcp:port=8000:interface=\:\:1"
+    assert serve.url_host("::1") == "[::1]"
+
+
+# -- worker --------------------------------------------------------------------
+
+
+def test_a_worker_refuses_an_unmigrated_database(env):
+    done = conch("worker", env=env)
+    assert done.returncode == 1
+    assert "unapplied migration" in done.stderr
+    assert "conch migrate" in done.stderr
+
+
+def test_a_worker_runs_replies_logs_its_claims_and_stops_on_sigterm(home, env):
+    folder = seed_one_reply(home, env)
+    log = home / "worker.log"
+    worker = start("worker", env=env, log=log)
+    try:
+        wait_until(lambda: turn_states(home) == ["completed"], timeout=30, what="the reply")
+    finally:
+        code = stop(worker)
+    text = log.read_text()
+    assert code == 0, text
+    assert (folder / "proof.txt").read_text() == "ran"
+    assert re.search(r"worker \S+ claimed turn \d+", text), text
+    assert re.search(r"worker \S+ stopped after 1 replies", text), text
+
+
+# -- everything else goes to Django ----------------------------------------------
+
+
+def test_conch_passes_other_commands_to_django(home, env):
+    assert "[ ] 0001_initial" in conch("showmigrations", "chats", env=env).stdout
+    migrated = conch("migrate", "--noinput", "-v0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "[X] 0001_initial" in conch("showmigrations", "chats", env=env).stdout
+    assert (home / "conch.sqlite3").exists()
+
+
+def test_a_bad_setting_is_one_clear_line_not_a_traceback(tmp_path):
+    done = conch("check", env=process_env(tmp_path, CONCH_SUBAGENT_LANE="abc"))
+    assert done.returncode == 1
+    assert done.stderr == "conch: CONCH_SUBAGENT_LANE must be a whole number (got 'abc').\n"
+
+
+def test_ci_runs_the_readme_test_line():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    line = next(line for line in readme.splitlines() if line.endswith(".venv/bin/python -m pytest"))
+    assert line.startswith("python3 -m venv .venv && ")
+    assert line in ci.splitlines()
