@@ -1,0 +1,71 @@
+"""The Redis channel layer carries an event from one process to a listener in another."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels_redis.core import RedisChannelLayer
+
+from chats import events
+from tests.scaleout.conftest import REDIS_URL
+from tests.scaleout.processes import manage, manage_ok
+
+pytestmark = pytest.mark.scaleout
+
+# Run in a child manage.py: one event in a transaction that rolls back, one that commits.
+PUBLISH = """
+import os
+from django.db import transaction
+from chats import events
+
+owner_id = int(os.environ["OWNER_ID"])
+try:
+    with transaction.atomic():
+        events.publish(events.CONVERSATION_UPDATED, owner_id=owner_id,
+                       conversation_id="c_rolled_back", data={"status": "idle"})
+        raise RuntimeError("roll back")
+except RuntimeError:
+    pass
+with transaction.atomic():
+    events.publish(events.STATUS, owner_id=owner_id,
+                   conversation_id="c_committed", data={"status": "working"})
+"""
+
+
+def _create_owner(scaleout) -> int:
+    with scaleout.connect() as conn:
+        return conn.execute(
+            "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name,"
+            " email, is_staff, is_active, date_joined)"
+            " VALUES ('!', true, 'owner', '', '', '', true, true, now()) RETURNING id"
+        ).fetchone()[0]
+
+
+async def test_an_event_published_in_another_process_reaches_the_owners_group(scaleout):
+    await asyncio.to_thread(manage_ok, "migrate", "--noinput", "-v0", env=scaleout.env)
+    owner_id = await asyncio.to_thread(_create_owner, scaleout)
+    layer = RedisChannelLayer(hosts=[REDIS_URL], prefix=scaleout.channel_prefix)
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(events.owner_group(owner_id), channel)
+
+        done = await asyncio.to_thread(
+            manage, "shell", "-c", PUBLISH, env={**scaleout.env, "OWNER_ID": str(owner_id)}
+        )
+        assert done.returncode == 0, done.stderr
+
+        message = await asyncio.wait_for(layer.receive(channel), timeout=10)
+        # The rolled-back event never left, and took its number with it.
+        assert message == {
+            "type": "conch.event",
+            "event": events.STATUS,
+            "seq": 1,
+            "conversation_id": "c_committed",
+            "data": {"status": "working"},
+        }
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(layer.receive(channel), timeout=0.5)
+    finally:
+        await layer.flush()
+        await layer.close_pools()

@@ -1,0 +1,42 @@
+"""Conch's settings for PostgreSQL and Redis: they work, and a bad value is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.scaleout.processes import manage, manage_ok, process_env
+
+
+@pytest.mark.scaleout
+def test_conch_checks_and_migrates_on_postgresql(scaleout):
+    checked = manage_ok("check", "--database", "default", env=scaleout.env)
+    assert "no issues" in checked.stdout
+
+    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env)
+
+    with scaleout.connect() as conn:
+        engine = conn.execute("SELECT version()").fetchone()[0]
+        applied = conn.execute(
+            "SELECT count(*) FROM django_migrations WHERE app = 'chats'"
+        ).fetchone()[0]
+    assert engine.startswith("PostgreSQL")
+    assert applied >= 1
+    shown = manage_ok("showmigrations", "--plan", env=scaleout.env)
+    assert "[ ]" not in shown.stdout, shown.stdout
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("DATABASE_URL", "nonsense", "DATABASE_URL is not a database URL"),
+        ("DATABASE_URL", "postgress://postgres@127.0.0.1/x", "DATABASE_URL is not a database URL"),
+        ("REDIS_URL", "http://127.0.0.1:6379/0", "REDIS_URL must start with redis://"),
+        ("CONCH_SUBAGENT_LANE", "abc", "CONCH_SUBAGENT_LANE must be a whole number"),
+        ("CONCH_SUBAGENT_LANE", "0", "CONCH_SUBAGENT_LANE must be at least 1"),
+        ("CONCH_DEBUG", "maybe", "CONCH_DEBUG must be true or false"),
+    ],
+)
+def test_a_bad_setting_stops_start_up_with_its_name(tmp_path, variable, value, message):
+    done = manage("check", env=process_env(tmp_path, **{variable: value}), timeout=30)
+    assert done.returncode != 0
+    assert message in done.stderr
