@@ -160,8 +160,8 @@ def _deliver(event: Event) -> None:
             callback(event)
         except Exception:  # a watcher's bug must not stop the others, nor the writer
             log.exception("event subscriber failed on %s", event.type)
-    if event.type == TURN_RUNNABLE:
-        return  # for runners only; browsers learn from the status events
+    # Every numbered event goes to the group, turn.runnable too: the pages only
+    # take its number from it, but without it they would see a gap and refetch.
     try:
         _group_send(owner_group(event.owner_id), event.as_message())
     except Exception:  # at most once: a page that misses it sees the gap and refetches
