@@ -1,25 +1,242 @@
-"""Views: parse, check access through a named lookup, call one service, render."""
+"""Views: parse, check access through a named lookup, call one service, render.
+
+Every page and action needs the sign-in. Actions are plain POSTs that
+redirect, so the page works without JavaScript; under HTMX they answer with
+the page's regions as out-of-band swaps instead (chats/regions.py renders
+them, for the socket too). A refusal from a service is a 400 that shows its
+message, and a refused message keeps its text in the composer.
+"""
 
 from __future__ import annotations
 
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
+from chats import regions
+from chats.forms import NewChatForm
 from chats.models import Conversation
+from chats.runtime import selectors, services
+from chats.runtime.services import ConchError
 from chats.signin import signin_token_redeem
+
+ERR_STALE_REQUEST = "That request has already been answered."
+
+
+def _get_chat_for_user(request: HttpRequest, public_id: str) -> Conversation:
+    """The signed-in person's chat, or 404: someone else's chat does not exist for them."""
+    return get_object_or_404(
+        Conversation.objects.select_related("agent"), public_id=public_id, owner=request.user
+    )
+
+
+def _new_chat_form(data=None) -> NewChatForm:
+    agent = services.default_agent()
+    return NewChatForm(data, initial={"agent": agent.pk})
+
+
+def _page(
+    request: HttpRequest,
+    *,
+    chat: Conversation | None = None,
+    form: NewChatForm | None = None,
+    status: int = 200,
+    **extra,
+) -> HttpResponse:
+    context = regions.page_context(owner_id=request.user.pk, conversation=chat)
+    if chat is None:
+        context["form"] = form or _new_chat_form()
+    context.update(extra)
+    return render(request, regions.PAGE, context, status=status)
+
+
+def _done(request: HttpRequest, chat: Conversation) -> HttpResponse:
+    """After an action: the fresh regions under HTMX, otherwise back to the chat."""
+    if request.htmx:
+        chat.refresh_from_db()
+        bundle = regions.render_chat_bundle(owner_id=request.user.pk, conversation=chat)
+        cleared = regions.render_error("flash", "") + regions.render_error("composer-error", "")
+        return HttpResponse(bundle + cleared)
+    return redirect("chats:chat", public_id=chat.public_id)
+
+
+def _refused(
+    request: HttpRequest, chat: Conversation, message: str, *, slot: str = "flash", draft: str = ""
+) -> HttpResponse:
+    if request.htmx:
+        return HttpResponse(regions.render_error(slot, message), status=400)
+    extra = {"composer_error": message, "draft": draft} if slot == "composer-error" else {}
+    if slot == "flash":
+        extra["flash"] = message
+    return _page(request, chat=chat, status=400, **extra)
+
+
+# ---------------------------------------------------------------------------
+# Pages and regions
 
 
 @login_required
+@require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    chats = Conversation.objects.filter(owner=request.user).select_related("agent")[:200]
-    return render(request, "home.html", {"chats": chats})
+    return _page(request)
+
+
+@login_required
+@require_GET
+def chat_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    return _page(request, chat=chat)
+
+
+@login_required
+@require_GET
+def chat_list(request: HttpRequest) -> HttpResponse:
+    """The sidebar alone, for a page that missed events. Constant queries in the number of chats."""
+    if not request.htmx:
+        return redirect("chats:home")
+    return HttpResponse(regions.render_list_bundle(owner_id=request.user.pk))
+
+
+@login_required
+@require_GET
+def chat_regions(request: HttpRequest, public_id: str) -> HttpResponse:
+    """A chat page's regions and the sidebar, for a page that missed events or reconnected."""
+    chat = _get_chat_for_user(request, public_id)
+    if not request.htmx:
+        return redirect("chats:chat", public_id=chat.public_id)
+    return HttpResponse(regions.render_chat_bundle(owner_id=request.user.pk, conversation=chat))
+
+
+# ---------------------------------------------------------------------------
+# Actions
+
+
+@login_required
+@require_POST
+def chat_create(request: HttpRequest) -> HttpResponse:
+    form = _new_chat_form(request.POST)
+    if not form.is_valid():
+        return _page(request, form=form, status=400)
+    try:
+        chat = services.conversation_create(
+            owner=request.user,
+            title=form.cleaned_data["title"],
+            folder=form.cleaned_data["folder"] or None,
+            agent=form.cleaned_data["agent"],
+            mode=form.cleaned_data["mode"],
+        )
+    except ConchError as exc:
+        form.add_error(None, str(exc))
+        return _page(request, form=form, status=400)
+    url = reverse("chats:chat", kwargs={"public_id": chat.public_id})
+    if request.htmx:
+        return HttpResponse(status=204, headers={"HX-Redirect": url})
+    return redirect(url)
+
+
+@login_required
+@require_POST
+def chat_send(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    text = request.POST.get("text", "")
+    try:
+        services.message_send(conversation=chat, text=text)
+    except ConchError as exc:
+        return _refused(request, chat, str(exc), slot="composer-error", draft=text)
+    return _done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_stop(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    services.conversation_stop(conversation=chat, by="person")
+    return _done(request, chat)
+
+
+def _pending_turn_for(chat: Conversation, request: HttpRequest):
+    """The reply waiting for an OK, if it is the one the person's page showed."""
+    turn = selectors.chat_pending_turn(conversation=chat)
+    if turn is None or request.POST.get("turn") != str(turn.number):
+        raise ConchError(ERR_STALE_REQUEST)
+    return turn
+
+
+@login_required
+@require_POST
+def chat_approve(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    try:
+        services.turn_approve(turn=_pending_turn_for(chat, request))
+    except ConchError as exc:
+        return _refused(request, chat, str(exc))
+    return _done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_deny(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    try:
+        services.turn_deny(turn=_pending_turn_for(chat, request))
+    except ConchError as exc:
+        return _refused(request, chat, str(exc))
+    return _done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_mode(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    try:
+        services.conversation_set_mode(conversation=chat, mode=request.POST.get("mode", ""))
+    except ConchError as exc:
+        return _refused(request, chat, str(exc))
+    return _done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_rename(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    try:
+        services.conversation_rename(conversation=chat, title=request.POST.get("title", ""))
+    except ConchError as exc:
+        return _refused(request, chat, str(exc))
+    return _done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_archive(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    archived = request.POST.get("archived", "1") != "0"
+    services.conversation_archive(conversation=chat, archived=archived)
+    return _done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_delete(request: HttpRequest, public_id: str) -> HttpResponse:
+    chat = _get_chat_for_user(request, public_id)
+    services.conversation_delete(conversation=chat)
+    home = reverse("chats:home")
+    if request.htmx:
+        return HttpResponse(status=204, headers={"HX-Redirect": home})
+    return redirect(home)
+
+
+# ---------------------------------------------------------------------------
+# Sign-in
 
 
 @require_GET
 def signin(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        return redirect("chats:home")
     return render(request, "signin.html", {"failed": False})
 
 

@@ -1,0 +1,51 @@
+"""Forms for the workspace: they parse and validate; the services write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django import forms
+
+from chats.models import Agent, Mode
+
+ERR_FOLDER_MISSING = "There is no folder at {path}."
+ERR_FOLDER_NOT_DIR = "{path} is a file, not a folder."
+ERR_FOLDER_RELATIVE = "Give the full path of the folder, such as ~/src/app or /srv/site."
+
+
+class NewChatForm(forms.Form):
+    title = forms.CharField(
+        max_length=120,
+        widget=forms.TextInput(attrs={"placeholder": "Fix the login bug", "autocomplete": "off"}),
+    )
+    folder = forms.CharField(
+        max_length=1024,
+        required=False,
+        help_text="Where it works. Leave it empty for the agent’s own folder.",
+        widget=forms.TextInput(attrs={"placeholder": "~/src/app", "autocomplete": "off"}),
+    )
+    agent = forms.ModelChoiceField(queryset=Agent.objects.all(), empty_label=None)
+    mode = forms.ChoiceField(
+        choices=Mode.choices,
+        initial=Mode.AUTO,
+        widget=forms.RadioSelect,
+        help_text="Ask: it asks before changing files or running commands. "
+        "Auto: it works on its own. Plan: it reads and plans, and changes nothing.",
+    )
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+
+    def clean_folder(self) -> str:
+        raw = self.cleaned_data["folder"].strip()
+        if not raw:
+            return ""
+        path = Path(raw).expanduser()
+        if not path.is_absolute():
+            raise forms.ValidationError(ERR_FOLDER_RELATIVE)
+        if not path.exists():
+            raise forms.ValidationError(ERR_FOLDER_MISSING.format(path=raw))
+        if not path.is_dir():
+            raise forms.ValidationError(ERR_FOLDER_NOT_DIR.format(path=raw))
+        return str(path.resolve())

@@ -1,0 +1,196 @@
+"""The workspace page's regions, rendered in one place.
+
+The full page, the HTMX swap after a POST, the refetch after a gap, and the
+socket push all render the same named partials of ``workspace.html``. The
+views and the consumer call these functions; neither builds HTML itself.
+
+Everything here reads (through the selectors) and renders. Model text stays
+plain strings, so the template's autoescape covers it; nothing is marked safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.template.loader import render_to_string
+
+from chats import events
+from chats.models import Conversation, Mode, Status, Turn, TurnState
+from chats.runtime import selectors
+from chats.tools.registry import THINKING
+
+PAGE = "workspace.html"
+
+# The chat page's regions that a change can touch, in page order.
+CHAT_REGIONS = ("chat-title", "chat-settings", "chat-controls", "transcript")
+# Events that change what a chat's row or page shows.
+SHOWN_EVENTS = frozenset(
+    {
+        events.CONVERSATION_UPDATED,
+        events.STATUS,
+        events.CONVERSATION_DELETED,
+        events.TASK_CHANGED,
+    }
+)
+# Events after which the list's order or membership may change: push the whole list.
+LIST_EVENTS = frozenset({events.STATUS, events.CONVERSATION_DELETED})
+
+
+@dataclass(frozen=True)
+class Badge:
+    """A chat's state as the badge says it: "working" and what it is doing, or needs you…"""
+
+    status: str
+    label: str
+    doing: str = ""
+    since: datetime | None = None
+
+
+def badge_for(status: str, *, family: str = "", step_started_at: datetime | None = None) -> Badge:
+    label = Status(status).label if status in Status.values else status
+    if status != Status.WORKING:
+        return Badge(status, label)
+    if family:
+        return Badge(status, label, family, step_started_at)
+    return Badge(status, label, THINKING)
+
+
+def row_badge(row: selectors.ChatSnapshot) -> Badge:
+    reply = row.reply
+    return badge_for(
+        row.status,
+        family=reply.family if reply else "",
+        step_started_at=reply.step_started_at if reply else None,
+    )
+
+
+def chat_badge(conversation: Conversation, open_turn: Turn | None) -> Badge:
+    return badge_for(
+        conversation.status,
+        family=open_turn.step_family if open_turn else "",
+        step_started_at=open_turn.step_started_at if open_turn else None,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Contexts
+
+
+def list_context(*, owner_id: int, current_chat_id: str | None = None) -> dict[str, Any]:
+    return {
+        "rows": selectors.chat_list_rows(owner_id=owner_id),
+        "current_chat_id": current_chat_id,
+    }
+
+
+def chat_context(*, conversation: Conversation) -> dict[str, Any]:
+    open_turn = selectors.open_turn(conversation)
+    pending = (
+        open_turn
+        if open_turn is not None
+        and open_turn.state == TurnState.NEEDS_YOU
+        and open_turn.pending_action
+        else None
+    )
+    return {
+        "chat": conversation,
+        "chat_badge": chat_badge(conversation, open_turn),
+        "blocks": selectors.chat_transcript(conversation=conversation),
+        "open_turn": open_turn,
+        "pending": pending,
+        "asked": conversation.status == Status.NEEDS_YOU and pending is None,
+        "tasks": selectors.chat_tasks(conversation=conversation),
+        "modes": Mode.choices,
+    }
+
+
+def page_context(*, owner_id: int, conversation: Conversation | None = None) -> dict[str, Any]:
+    """Everything the full page shows. The sequence number is read first, so any
+    change after it arrives with a higher number and is never mistaken for old."""
+    seq = events.current_seq(owner_id)
+    context = {
+        "seq": seq,
+        **list_context(
+            owner_id=owner_id,
+            current_chat_id=conversation.public_id if conversation else None,
+        ),
+    }
+    if conversation is not None:
+        context.update(chat_context(conversation=conversation))
+    return context
+
+
+# ---------------------------------------------------------------------------
+# Rendering
+
+
+def render_region(name: str, context: dict[str, Any]) -> str:
+    return render_to_string(f"{PAGE}#{name}", context).strip()
+
+
+def render_seq(seq: int, *, kind: str = "event") -> str:
+    """The marker every push starts with; conch.js reads it to notice gaps."""
+    return render_region("seq", {"seq": seq, "seq_kind": kind, "oob": True})
+
+
+def render_list_bundle(*, owner_id: int, current_chat_id: str | None = None) -> str:
+    context = {**list_context(owner_id=owner_id, current_chat_id=current_chat_id), "oob": True}
+    return render_region("chat-list", context)
+
+
+def render_chat_bundle(*, owner_id: int, conversation: Conversation) -> str:
+    """The list and every region of one chat's page, as out-of-band swaps."""
+    context = {
+        **list_context(owner_id=owner_id, current_chat_id=conversation.public_id),
+        **chat_context(conversation=conversation),
+        "oob": True,
+    }
+    return "\n".join(render_region(name, context) for name in ("chat-list", *CHAT_REGIONS))
+
+
+def render_error(slot: str, message: str) -> str:
+    """A refusal, into the page's error slot (``flash`` or ``composer-error``)."""
+    return render_region("error", {"slot": slot, "message": message, "oob": True})
+
+
+def _owned_chat(owner_id: int, public_id: str) -> Conversation | None:
+    return (
+        Conversation.objects.select_related("agent")
+        .filter(owner_id=owner_id, public_id=public_id)
+        .first()
+    )
+
+
+def render_event(
+    *,
+    owner_id: int,
+    event: str,
+    seq: int,
+    conversation_id: str | None,
+    showing: str | None,
+) -> str:
+    """What one socket pushes for one event: the sequence marker, then the regions
+    the event's chat appears in: its sidebar row (or the whole list, when order or
+    membership may change), and, if this tab shows that chat, its page regions."""
+    parts = [render_seq(seq)]
+    if event not in SHOWN_EVENTS or not conversation_id:
+        return "\n".join(parts)
+    if event in LIST_EVENTS:
+        parts.append(render_list_bundle(owner_id=owner_id, current_chat_id=showing))
+    else:
+        row = selectors.chat_row(owner_id=owner_id, public_id=conversation_id)
+        if row is None or not selectors.row_is_listed(row):
+            parts.append(render_region("row-gone", {"row_id": conversation_id, "oob": True}))
+        else:
+            context = {"row": row, "current_chat_id": showing, "row_oob": True}
+            parts.append(render_region("chat-row", context))
+    if showing == conversation_id:
+        conversation = _owned_chat(owner_id, conversation_id)
+        if conversation is None:
+            parts.append(render_region("chat-gone", {"oob": True}))
+        else:
+            context = {**chat_context(conversation=conversation), "oob": True}
+            parts.extend(render_region(name, context) for name in CHAT_REGIONS)
+    return "\n".join(parts)

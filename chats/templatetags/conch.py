@@ -1,0 +1,133 @@
+"""Filters that say things the way a person reads them: ``~/src/app``, ``40 s``, ``Telegram``.
+
+Every filter returns plain text; Django's autoescape does the rest. None of
+them marks anything safe.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import PurePosixPath
+
+from django import template
+from django.utils import timezone
+
+from chats.models import Origin
+from chats.tools.registry import ToolError, get_tool
+
+register = template.Library()
+
+ORIGIN_WORDS = {
+    Origin.OWN: "you",
+    Origin.CHAT_APP: "a chat app",
+    Origin.ROUTINE: "a routine",
+    Origin.TASK: "a task",
+    Origin.PEER: "an outside agent",
+    Origin.CLIENT: "another app",
+    Origin.ARTIFACT: "an artifact",
+}
+
+# The argument that says what a step worked on, in the order we look for it.
+SUBJECT_ARGS = ("path", "command", "pattern", "chat", "task", "url", "title")
+
+
+def _home() -> PurePosixPath:
+    from pathlib import Path
+
+    return PurePosixPath(str(Path.home()))
+
+
+def _under(path: PurePosixPath, folder: PurePosixPath) -> str | None:
+    try:
+        return str(path.relative_to(folder))
+    except ValueError:
+        return None
+
+
+@register.filter
+def tildify(path: str) -> str:
+    """``/home/ann/src/app`` → ``~/src/app``: the folder as a person reads it."""
+    if not path:
+        return ""
+    home = _home()
+    rest = _under(PurePosixPath(path), home)
+    if rest is None:
+        return str(path)
+    return "~" if rest == "." else f"~/{rest}"
+
+
+@register.filter
+def relpath(path: str, folder: str) -> str:
+    """A changed file, relative to the chat's folder; outside it, with ``~`` for home."""
+    if not path:
+        return ""
+    if folder:
+        rest = _under(PurePosixPath(path), PurePosixPath(folder))
+        if rest is not None and rest != ".":
+            return rest
+    return tildify(path)
+
+
+@register.filter
+def seconds_since(moment: datetime | None) -> int:
+    if moment is None:
+        return 0
+    return max(0, int((timezone.now() - moment).total_seconds()))
+
+
+@register.filter
+def duration(seconds: int | float | None) -> str:
+    """``40 s``, ``3 min``, ``1 h 5 min``: short, and the same as conch.js writes it."""
+    seconds = int(seconds or 0)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+@register.filter
+def took(turn) -> str:
+    """How long an ended reply took; nothing for one under a second."""
+    if turn is None or turn.ended_at is None:
+        return ""
+    seconds = (turn.ended_at - turn.started_at).total_seconds()
+    return duration(seconds) if seconds >= 1 else ""
+
+
+@register.filter
+def origin_label(chat) -> str:
+    """Where a chat came from: the chat app's name if it has one."""
+    if chat.origin_channel:
+        return str(chat.origin_channel).title()
+    return ORIGIN_WORDS.get(chat.origin, str(chat.origin))
+
+
+@register.filter
+def step_subject(args: dict | None) -> str:
+    """What a step worked on: its path, its command…; empty if it has none."""
+    if not isinstance(args, dict):
+        return ""
+    for name in SUBJECT_ARGS:
+        value = args.get(name)
+        if isinstance(value, str) and value:
+            return value if len(value) <= 200 else value[:199] + "…"
+    return ""
+
+
+@register.filter
+def tool_family(name: str) -> str:
+    try:
+        return get_tool(name).family
+    except ToolError:
+        return ""
+
+
+@register.filter
+def row_badge(row):
+    """The badge for a sidebar row (a ``ChatSnapshot``)."""
+    from chats.regions import row_badge as badge
+
+    return badge(row)

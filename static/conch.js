@@ -1,0 +1,210 @@
+/*
+ * Conch's page behaviour, on top of htmx and its ws extension.
+ *
+ * - Every push starts with #conch-seq carrying the event's sequence number.
+ *   A gap in the numbers, a reconnect, or a hello that says the page is
+ *   behind makes the page fetch its regions again (data-regions on <body>).
+ * - The socket reconnects after any close. The ws extension only retries
+ *   after an abnormal close (1006, 1011-1013); Daphne's websocket_timeout
+ *   closes cleanly (1000), so that and every other close are retried here.
+ * - The tab says when it is offline.
+ * - The composer: Enter sends, Shift+Enter makes a new line; it shows
+ *   "Sending…", clears only after the server took the message, and keeps
+ *   the text when a send fails.
+ *
+ * No inline script, no eval: the page's Content-Security-Policy forbids both.
+ */
+(function () {
+  'use strict';
+
+  var RETRYING_CODES = [1006, 1011, 1012, 1013]; // the ws extension retries these itself
+  var body = document.body;
+  var lastSeq = parseInt(body.getAttribute('data-seq') || '0', 10);
+  var opens = 0;
+  var ownRetries = 0;
+  var SEQ_MARK = /^\s*<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"/;
+
+  // A gentler back-off than the extension's default (which can wait 64 s).
+  htmx.config.wsReconnectDelay = function (retryCount) {
+    return reconnectDelay(retryCount);
+  };
+
+  function reconnectDelay(retryCount) {
+    var ceiling = Math.min(10000, 250 * Math.pow(2, retryCount));
+    return ceiling / 2 + Math.random() * ceiling / 2;
+  }
+
+  // ---------------------------------------------------------------- refetch
+
+  var fetching = false;
+  var fetchAgain = false;
+
+  function refetch() {
+    var url = body.getAttribute('data-regions');
+    if (!url) { return; }
+    if (fetching) { fetchAgain = true; return; }
+    fetching = true;
+    body.setAttribute('data-refetches', String(parseInt(body.getAttribute('data-refetches') || '0', 10) + 1));
+    htmx.ajax('GET', url, { source: body, swap: 'none' }).finally(function () {
+      fetching = false;
+      if (fetchAgain) { fetchAgain = false; refetch(); }
+    });
+  }
+
+  // ---------------------------------------------------------------- the socket
+
+  function setOnline(online) {
+    var banner = document.getElementById('offline');
+    if (banner) { banner.hidden = online; }
+    body.classList.toggle('is-offline', !online);
+    body.setAttribute('data-socket', online ? 'open' : 'closed');
+  }
+
+  body.addEventListener('htmx:wsOpen', function () {
+    opens += 1;
+    ownRetries = 0;
+    body.setAttribute('data-socket-opens', String(opens));
+    setOnline(true);
+  });
+
+  body.addEventListener('htmx:wsClose', function (evt) {
+    setOnline(false);
+    var code = evt.detail.event && evt.detail.event.code;
+    body.setAttribute('data-socket-closed', String(code));
+    var wrapper = evt.detail.socketWrapper;
+    if (RETRYING_CODES.indexOf(code) >= 0 || !wrapper || !body.contains(evt.target)) { return; }
+    // A clean close from the server (its timeout, a restart): reconnect ourselves.
+    var delay = reconnectDelay(ownRetries);
+    ownRetries += 1;
+    window.setTimeout(function () {
+      if (body.contains(evt.target)) { wrapper.reconnect(); }
+    }, delay);
+  });
+
+  body.addEventListener('htmx:wsError', function () { setOnline(false); });
+  window.addEventListener('offline', function () { setOnline(false); });
+
+  body.addEventListener('htmx:wsBeforeMessage', function (evt) {
+    var match = SEQ_MARK.exec(evt.detail.message || '');
+    if (!match) { return; }
+    var seq = parseInt(match[1], 10);
+    var kind = match[2];
+    if (kind === 'hello') {
+      // Each (re)connect: a page that was away, or rendered before the socket
+      // opened and missed something, fetches its regions again.
+      if (opens > 1 || seq !== lastSeq) { refetch(); }
+      lastSeq = Math.max(lastSeq, seq);
+      return;
+    }
+    if (seq > lastSeq + 1) { refetch(); } // an event was lost on the way
+    lastSeq = Math.max(lastSeq, seq);
+  });
+
+  // A pushed row for a chat the list doesn't show yet (a new chat): fetch the list.
+  body.addEventListener('htmx:oobErrorNoTarget', function (evt) {
+    var content = evt.detail.content;
+    if (content && content.hasAttribute && content.hasAttribute('data-gone')) { return; }
+    refetch();
+  });
+
+  // ---------------------------------------------------------------- responses
+
+  // A refusal (400) carries its message as an out-of-band swap into the error slot.
+  body.addEventListener('htmx:beforeSwap', function (evt) {
+    if (evt.detail.xhr && evt.detail.xhr.status === 400) {
+      evt.detail.shouldSwap = true;
+      evt.detail.isError = false;
+    }
+  });
+
+  // Any other failure (a network error, a 404, a 500) says so where the person
+  // is looking. The composer's text is only cleared after a success, so it stays.
+  function showFailure(evt, message) {
+    var form = evt.detail.elt;
+    var slot = form && form.id === 'composer' ? document.getElementById('composer-error')
+      : document.getElementById('flash');
+    if (slot) { slot.textContent = message; slot.hidden = false; }
+  }
+
+  body.addEventListener('htmx:sendError', function (evt) {
+    showFailure(evt, 'Conch could not be reached. Nothing was lost: try again when it is back.');
+  });
+
+  body.addEventListener('htmx:responseError', function (evt) {
+    var status = evt.detail.xhr ? evt.detail.xhr.status : 0;
+    if (status === 400) { return; }
+    showFailure(evt, status === 404 ? 'That chat is gone.' : 'That did not work (the server said ' + status + ').');
+  });
+
+  body.addEventListener('htmx:afterRequest', function (evt) {
+    var form = evt.detail.elt;
+    if (!form || form.tagName !== 'FORM' || !evt.detail.successful) { return; }
+    if (form.id === 'composer') {
+      form.reset();
+      var text = form.querySelector('textarea');
+      if (text) { text.value = ''; text.focus(); }
+    }
+    if (form.hasAttribute('data-closes-details')) {
+      var details = form.closest('details');
+      if (details) { details.open = false; }
+    }
+  });
+
+  // ---------------------------------------------------------------- composer
+
+  body.addEventListener('keydown', function (evt) {
+    var target = evt.target;
+    if (!target || !target.matches || !target.matches('textarea[data-enter-sends]')) { return; }
+    if (evt.key !== 'Enter' || evt.shiftKey || evt.isComposing || evt.altKey || evt.ctrlKey || evt.metaKey) { return; }
+    evt.preventDefault();
+    var form = target.form;
+    if (form && !form.classList.contains('htmx-request')) { form.requestSubmit(); }
+  });
+
+  // ---------------------------------------------------------------- transcript
+
+  // Stay at the bottom of the transcript when it grows, if that is where the person was.
+  var stickToBottom = true;
+
+  function atBottom() {
+    return window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 48;
+  }
+
+  window.addEventListener('scroll', function () { stickToBottom = atBottom(); }, { passive: true });
+
+  body.addEventListener('htmx:oobAfterSwap', function (evt) {
+    if (evt.detail.target && evt.detail.target.id === 'transcript' && stickToBottom) {
+      window.scrollTo(0, document.documentElement.scrollHeight);
+    }
+  });
+
+  // ---------------------------------------------------------------- "editing files · 40 s"
+
+  function formatDuration(seconds) {
+    if (seconds < 60) { return seconds + ' s'; }
+    var minutes = Math.floor(seconds / 60);
+    if (minutes < 60) { return minutes + ' min'; }
+    var hours = Math.floor(minutes / 60);
+    minutes = minutes % 60;
+    return minutes ? hours + ' h ' + minutes + ' min' : hours + ' h';
+  }
+
+  function tick() {
+    var now = Date.now();
+    var clocks = document.querySelectorAll('.since[data-elapsed]');
+    for (var i = 0; i < clocks.length; i++) {
+      var clock = clocks[i];
+      if (!clock.hasAttribute('data-t0')) {
+        clock.setAttribute('data-t0', String(now - parseInt(clock.getAttribute('data-elapsed'), 10) * 1000));
+      }
+      var seconds = Math.max(0, Math.floor((now - parseInt(clock.getAttribute('data-t0'), 10)) / 1000));
+      clock.textContent = formatDuration(seconds);
+    }
+  }
+
+  window.setInterval(tick, 1000);
+
+  if (document.getElementById('transcript')) {
+    window.scrollTo(0, document.documentElement.scrollHeight);
+  }
+})();
