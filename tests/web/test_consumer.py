@@ -1,0 +1,177 @@
+"""The workspace socket pushes the same partials the views render, numbered."""
+
+from __future__ import annotations
+
+import pytest
+from channels.db import database_sync_to_async
+
+from chats import events, regions
+from chats.runtime import services
+from tests.web.sockets import seq_of, session_cookie, socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = 5
+
+
+@pytest.fixture
+def cookie(owner):
+    return session_cookie(owner)
+
+
+@pytest.fixture
+def two_chats(owner, agent, workspace):
+    one = services.conversation_create(
+        owner=owner, title="Fix the login bug", folder=str(workspace)
+    )
+    two = services.conversation_create(owner=owner, title="Release notes", folder=str(workspace))
+    return one, two
+
+
+async def open_socket(cookie, chat=None):
+    path = f"/ws/?chat={chat.public_id}" if chat else "/ws/"
+    communicator = socket(cookie=cookie, path=path)
+    connected, _ = await communicator.connect(timeout=TIMEOUT)
+    assert connected
+    hello = await communicator.receive_from(timeout=TIMEOUT)
+    return communicator, hello
+
+
+async def test_the_socket_says_hello_with_the_owners_current_number(owner, cookie, two_chats):
+    current = await database_sync_to_async(events.current_seq)(owner.pk)
+
+    communicator, hello = await open_socket(cookie)
+    try:
+        assert seq_of(hello) == (current, "hello")
+        assert 'hx-swap-oob="true"' in hello
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_reply_starting_pushes_the_list_and_the_shown_chats_regions(
+    owner, cookie, two_chats
+):
+    one, _ = two_chats
+    communicator, hello = await open_socket(cookie, chat=one)
+    try:
+        before, _ = seq_of(hello)
+        await database_sync_to_async(services.message_send)(conversation=one, text="Please fix")
+
+        status = await communicator.receive_from(timeout=TIMEOUT)
+        runnable = await communicator.receive_from(timeout=TIMEOUT)
+
+        assert seq_of(status) == (before + 1, "event")
+        for element_id in (
+            "chat-list",
+            "chat-title",
+            "chat-settings",
+            "chat-controls",
+            "transcript",
+        ):
+            assert f'id="{element_id}"' in status
+        assert "Please fix" in status and "/stop/" in status
+        assert f'<a href="/c/{one.public_id}/" aria-current="page">' in status
+        # turn.runnable is for runners: the page gets only its number, so it sees no gap.
+        assert seq_of(runnable) == (before + 2, "event")
+        assert runnable.count("<") == 2
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_change_to_another_chat_pushes_only_its_row(owner, cookie, two_chats):
+    one, two = two_chats
+    communicator, _ = await open_socket(cookie, chat=one)
+    try:
+        await database_sync_to_async(services.conversation_rename)(
+            conversation=two, title="Release notes, v2"
+        )
+
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+
+        assert (
+            f'<li id="row-{two.public_id}" class="chat-row is-idle" hx-swap-oob="true">' in pushed
+        )
+        assert "Release notes, v2" in pushed
+        assert 'id="transcript"' not in pushed and 'id="chat-list"' not in pushed
+    finally:
+        await communicator.disconnect()
+
+
+async def test_the_pushed_row_is_the_row_the_page_renders(owner, cookie, two_chats, client):
+    one, two = two_chats
+    await database_sync_to_async(client.force_login)(owner)
+    communicator, _ = await open_socket(cookie)
+    try:
+        await database_sync_to_async(services.conversation_rename)(conversation=two, title="Notes")
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+        page = (await database_sync_to_async(client.get)("/")).content.decode()
+
+        row = pushed.split("\n", 1)[1].replace(' hx-swap-oob="true"', "")
+        assert row in page
+    finally:
+        await communicator.disconnect()
+
+
+async def test_an_archived_chat_leaves_the_list(owner, cookie, two_chats):
+    _, two = two_chats
+    communicator, _ = await open_socket(cookie)
+    try:
+        await database_sync_to_async(services.conversation_archive)(conversation=two)
+
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+
+        assert f'<li id="row-{two.public_id}" hx-swap-oob="delete" data-gone></li>' in pushed
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_deleted_chat_leaves_the_list_and_its_page_says_so(owner, cookie, two_chats):
+    one, two = two_chats
+    communicator, _ = await open_socket(cookie, chat=one)
+    try:
+        await database_sync_to_async(services.conversation_delete)(conversation=one)
+
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+
+        assert f"row-{one.public_id}" not in pushed
+        assert f"row-{two.public_id}" in pushed
+        assert '<section id="chat" class="chat gone" hx-swap-oob="true">' in pushed
+    finally:
+        await communicator.disconnect()
+
+
+async def test_someone_elses_events_never_reach_this_socket(owner, second_owner, agent, two_chats):
+    one, _ = two_chats
+    theirs = await database_sync_to_async(services.conversation_create)(
+        owner=second_owner, title="Their chat"
+    )
+    cookie = await database_sync_to_async(session_cookie)(second_owner)
+    communicator, _ = await open_socket(cookie, chat=one)
+    try:
+        await database_sync_to_async(services.message_send)(conversation=one, text="secret plan")
+        await database_sync_to_async(services.conversation_rename)(
+            conversation=theirs, title="Their chat, renamed"
+        )
+
+        # The owner's events went out first; the first this socket gets is its own.
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+
+        assert "Their chat, renamed" in pushed
+        assert "secret plan" not in pushed and one.public_id not in pushed
+    finally:
+        await communicator.disconnect()
+
+
+def test_a_tab_naming_someone_elses_chat_is_shown_nothing_of_it(owner, second_owner, two_chats):
+    one, _ = two_chats
+
+    html = regions.render_event(
+        owner_id=second_owner.pk,
+        event=events.STATUS,
+        seq=7,
+        conversation_id=one.public_id,
+        showing=one.public_id,
+    )
+
+    assert "Fix the login bug" not in html
+    assert 'id="transcript"' not in html
