@@ -1,0 +1,239 @@
+"""Real Daphne, real Chromium: the fixtures the browser tests share.
+
+pytest-django's ``live_server`` is WSGI and has no WebSockets, so the server
+here is ``tests/browser/server.py`` in a subprocess: Daphne with the embedded
+runner, on a free loopback port, against the same test database as this
+process. With SQLite that database must be a file both processes open, so
+this module points the test database at one (before it is created).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connections
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+START_TIMEOUT = 30
+
+BROWSER_HOME = Path(tempfile.mkdtemp(prefix="conch-browser-home-"))
+atexit.register(shutil.rmtree, BROWSER_HOME, ignore_errors=True)  # after the test database goes
+_database = settings.DATABASES["default"]
+if _database["ENGINE"].endswith("sqlite3"):
+    # The server's settings put the database at CONCH_HOME/conch.sqlite3.
+    _database.setdefault("TEST", {})["NAME"] = str(BROWSER_HOME / "conch.sqlite3")
+
+
+def _database_env() -> dict[str, str]:
+    """What the server process needs to open the very database the tests use."""
+    conn = connections["default"].settings_dict
+    if conn["ENGINE"].endswith("sqlite3"):
+        assert Path(conn["NAME"]) == BROWSER_HOME / "conch.sqlite3", conn["NAME"]
+        return {"CONCH_HOME": str(BROWSER_HOME), "DATABASE_URL": ""}
+    if "postgresql" in conn["ENGINE"]:
+        from urllib.parse import quote
+
+        auth = quote(conn["USER"] or "")
+        if conn["PASSWORD"]:
+            auth += ":" + quote(conn["PASSWORD"])
+        host = conn["HOST"] or "localhost"
+        port = f":{conn['PORT']}" if conn["PORT"] else ""
+        url = f"postgres://{auth}@{host}{port}/{conn['NAME']}"
+        return {"CONCH_HOME": str(BROWSER_HOME), "DATABASE_URL": url}
+    raise AssertionError(f"the browser tests can't share a {conn['ENGINE']} database")
+
+
+@dataclass
+class ConchServer:
+    """A ``tests.browser.server`` subprocess; ``restart()`` brings it back on the same port."""
+
+    args: list[str]
+    port: int = 0
+    process: subprocess.Popen | None = None
+    output: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ConchServer:
+        env = {
+            **os.environ,
+            **_database_env(),
+            "CONCH_SECRET_KEY": settings.SECRET_KEY,
+            "CONCH_LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        command = [
+            sys.executable,
+            "-m",
+            "tests.browser.server",
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        listening = threading.Event()
+
+        def read() -> None:
+            assert self.process is not None and self.process.stdout is not None
+            for line in self.process.stdout:
+                self.output.append(line)
+                match = re.match(r"listening (\d+)", line)
+                if match:
+                    self.port = int(match.group(1))
+                    listening.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        if not listening.wait(START_TIMEOUT):
+            self.stop()
+            raise RuntimeError("the test server did not start:\n" + "".join(self.output))
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+def _start(django_db_setup, django_db_blocker, *args: str) -> Iterator[ConchServer]:
+    with django_db_blocker.unblock():
+        server = ConchServer(list(args)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def conch_server(django_db_setup, django_db_blocker) -> Iterator[ConchServer]:
+    """The server most tests use: settings' websocket_timeout, with the runner."""
+    yield from _start(django_db_setup, django_db_blocker)
+
+
+@pytest.fixture
+def short_lived_server(django_db_setup, django_db_blocker) -> Iterator[ConchServer]:
+    """A second server whose sockets Daphne closes after 2 seconds; no runner of its own."""
+    yield from _start(django_db_setup, django_db_blocker, "--websocket-timeout", "2", "--no-runner")
+
+
+@pytest.fixture
+def chromium():
+    """A fresh Chromium per test. Playwright's sync API runs an event loop in this
+    thread while it is up, so it is stopped before the test database is flushed."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        raise RuntimeError(f"The browser tests drive Chromium at {CHROMIUM}; install it.")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(autouse=True)
+def _orm_beside_playwright(monkeypatch):
+    # Playwright's sync API keeps an event loop in this thread; the test's own
+    # ORM calls (making chats, reading results) are plain sync code all the same.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture(autouse=True)
+def _no_sockets_in_this_process(settings):
+    """The pages listen to the server process. What the test itself changes reaches
+    them only by the page fetching again, as after a lost event."""
+    settings.CHANNEL_LAYERS = {}
+
+
+@dataclass
+class Tab:
+    """A page, and what it asked for and complained about."""
+
+    page: object
+    requests: list[str] = field(default_factory=list)
+    csp_violations: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+
+def watch(page) -> Tab:
+    tab = Tab(page)
+    page.on("request", lambda request: tab.requests.append(request.url))
+    page.on(
+        "console",
+        lambda message: (
+            tab.csp_violations.append(message.text)
+            if "Content Security Policy" in message.text
+            else None
+        ),
+    )
+
+    def on_dialog(dialog) -> None:
+        tab.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", on_dialog)
+    return tab
+
+
+@pytest.fixture
+def browser_context(chromium):
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=10_000)
+    context = chromium.new_context(color_scheme="light", viewport={"width": 1280, "height": 800})
+    context.set_default_timeout(10_000)
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def sign_in(owner, conch_server):
+    """Open a sign-in link, as the one ``conch serve`` prints, in ``tab``."""
+    from chats.signin import signin_link_create
+
+    def sign_in_tab(tab: Tab, server: ConchServer | None = None) -> None:
+        token = signin_link_create(user=owner)
+        tab.page.goto(f"{(server or conch_server).url}/signin/{token}/")
+
+    return sign_in_tab
+
+
+@pytest.fixture
+def tab(browser_context) -> Iterator[Tab]:
+    watched = watch(browser_context.new_page())
+    yield watched
+    assert watched.csp_violations == []

@@ -1,0 +1,227 @@
+"""Make the README's screenshots: the chat list and a chat page, light and dark.
+
+    .venv/bin/python -m tests.browser.screenshots [--out docs/screenshots]
+
+It builds a small, believable workspace in a throwaway CONCH_HOME (with a
+throwaway HOME, so folders read ``~/src/shop``), plays some scripted
+replies, leaves a few chats mid-work, serves it with Daphne, and photographs
+it in headless Chromium. Nothing touches your own Conch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+
+
+def build_workspace(home: Path) -> tuple[str, str]:
+    """Chats in every state. Returns a sign-in token and the chat page to photograph."""
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from chats.models import Agent, Mode, Origin, Status, Step, Turn, TurnState
+    from chats.runtime import services
+    from chats.runtime.runner import drain
+    from chats.signin import owner_ensure, signin_link_create
+
+    call_command("migrate", interactive=False, verbosity=0)
+    owner = owner_ensure()
+    shop = home / "src" / "shop"
+    docs = home / "src" / "shop-docs"
+    deploy = home / "ops" / "deploy"
+    for folder in (shop / "checkout", shop / "tests", docs, deploy):
+        folder.mkdir(parents=True, exist_ok=True)
+    (shop / "checkout" / "totals.py").write_text(
+        "def total(items):\n    return round(sum(i.price * i.qty for i in items))\n"
+    )
+    (docs / "CHANGES.md").write_text("# Changes\n")
+    agent = Agent.objects.create(
+        slug="main", name="Conch", workspace=str(shop), is_default=True, engine="scripted"
+    )
+
+    def chat(title, folder, script=(), **kwargs):
+        return services.conversation_create(
+            owner=owner, title=title, folder=str(folder), agent=agent, script=list(script), **kwargs
+        )
+
+    nightly = chat("Nightly dependency check", deploy, origin=Origin.ROUTINE)
+    services.message_send(conversation=nightly, text="Check for outdated packages.")
+    services.conversation_stop(conversation=nightly, by="person")
+
+    ann = chat(
+        "Answer Ann about the refund",
+        docs,
+        [[{"say": "Replied to Ann: the refund went out this morning."}]],
+        origin=Origin.CHAT_APP,
+        origin_channel="telegram",
+    )
+    services.message_send(conversation=ann, text="Ann asks when her refund arrives.")
+    drain()
+
+    watch = chat(
+        "Roll out 2.4 to staging",
+        deploy,
+        [
+            [
+                {"tool": "list_files", "args": {}},
+                {"tool": "run_command", "args": {"command": "./deploy.sh staging"}},
+            ]
+        ],
+        mode=Mode.ASK,
+    )
+    services.message_send(conversation=watch, text="Deploy 2.4 to staging and watch it.")
+    drain()
+
+    fix = chat(
+        "Fix the checkout rounding bug",
+        shop,
+        [
+            [
+                {"tool": "read_file", "args": {"path": "checkout/totals.py"}},
+                {
+                    "tool": "edit_file",
+                    "args": {
+                        "path": "checkout/totals.py",
+                        "old": "return round(sum(i.price * i.qty for i in items))",
+                        "new": "return sum(i.price * i.qty for i in items).quantize(CENT)",
+                    },
+                },
+                {
+                    "say": "Totals were rounded to whole units, so €19.99 came out as €20. "
+                    "They now keep the cents (quantize to 0.01)."
+                },
+            ],
+        ],
+    )
+    services.message_send(conversation=fix, text="Totals are off by a few cents. Please fix it.")
+    drain()
+    # A second reply, caught mid-step: it wrote a test and is running it.
+    turn = services.message_send(conversation=fix, text="Add a test for it, and run the tests.")
+    test_file = shop / "tests" / "test_totals.py"
+    test_file.write_text("def test_cents_are_kept():\n    ...\n")
+    now = timezone.now()
+    Step.objects.create(
+        turn=turn,
+        number=1,
+        tool="write_file",
+        family="editing files",
+        effect="write",
+        args={"path": "tests/test_totals.py"},
+        files=[str(test_file)],
+        started_at=now - timedelta(seconds=21),
+        ended_at=now - timedelta(seconds=20),
+    )
+    Step.objects.create(
+        turn=turn,
+        number=2,
+        tool="run_command",
+        family="running a command",
+        effect="write",
+        args={"command": "pytest tests/test_totals.py"},
+        started_at=now - timedelta(seconds=14),
+    )
+    Turn.objects.filter(pk=turn.pk).update(
+        files_changed=[str(test_file)],
+        step_family="running a command",
+        step_started_at=now - timedelta(seconds=14),
+    )
+
+    notes = chat("Write the 2.4 release notes", docs)
+    notes_turn = services.message_send(conversation=notes, text="Draft the notes for 2.4.")
+    Turn.objects.filter(pk=notes_turn.pk).update(
+        step_family="editing files", step_started_at=now - timedelta(seconds=40)
+    )
+
+    assert Turn.objects.filter(conversation=watch, state=TurnState.NEEDS_YOU).exists()
+    notes.refresh_from_db()
+    assert fix.turns.count() == 2 and notes.status == Status.WORKING
+    return signin_link_create(user=owner), fix.public_id
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    scratch = Path(tempfile.mkdtemp(prefix="conch-shots-"))
+    home = scratch / "home" / "ann"
+    home.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "CONCH_HOME": str(scratch / "conch"),
+        "CONCH_SECRET_KEY": "screenshots-only",
+        "DJANGO_SETTINGS_MODULE": "conch.settings",
+        "DATABASE_URL": "",
+        "REDIS_URL": "",
+        "CONCH_TIME_ZONE": "UTC",
+    }
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    token, chat_id = build_workspace(home)
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tests.browser.server", "--no-runner"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = None
+        for line in server.stdout:
+            if line.startswith("listening "):
+                port = int(line.split()[1])
+                break
+        if port is None:
+            raise RuntimeError("the server did not start")
+        base = f"http://127.0.0.1:{port}"
+        photograph(base, token, chat_id, out)
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def photograph(base: str, token: str, chat_id: str, out: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        page = context.new_page()
+        page.goto(f"{base}/signin/{token}/")
+        for scheme in ("light", "dark"):
+            page.emulate_media(color_scheme=scheme, reduced_motion="reduce")
+            page.goto(f"{base}/")
+            expect(page.locator("body")).to_have_attribute("data-socket", "open")
+            page.screenshot(path=str(out / f"chat-list-{scheme}.png"))
+            page.goto(f"{base}/c/{chat_id}/")
+            expect(page.locator("body")).to_have_attribute("data-socket", "open")
+            page.evaluate("window.scrollTo(0, 0)")
+            page.screenshot(path=str(out / f"chat-page-{scheme}.png"))
+            print(f"wrote {out}/chat-list-{scheme}.png and {out}/chat-page-{scheme}.png")
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""A page that loses its socket gets it back and catches up on what it missed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from chats.runtime import services
+from tests.browser.test_workspace import open_chat, scripted_chat
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+AGAIN = re.compile(r"^([2-9]|\d\d+)$")  # opened a second time, or more
+
+
+def test_a_socket_the_server_closes_reconnects_and_catches_up(
+    tab, sign_in, short_lived_server, owner, agent, workspace
+):
+    chat = scripted_chat(owner, agent, workspace)
+    page = tab.page
+    body = page.locator("body")
+    sign_in(tab, short_lived_server)
+    open_chat(tab, short_lived_server, chat)
+    expect(body).to_have_attribute("data-socket-opens", "1")
+
+    # Changed behind the page's back: no event will ever tell it.
+    services.conversation_rename(conversation=chat, title="Renamed while it was away")
+
+    # Daphne closes the socket at its websocket_timeout (2 s on this server) with a
+    # clean close, which htmx's ws extension would not retry by itself.
+    expect(body).to_have_attribute("data-socket-opens", AGAIN, timeout=15_000)
+    expect(body).to_have_attribute("data-socket-closed", "1000")
+    expect(page.locator("#chat-heading")).to_have_text("Renamed while it was away")
+    expect(page.locator("#offline")).to_be_hidden()
+
+
+def test_a_page_says_it_is_offline_keeps_what_was_typed_and_recovers(
+    tab, sign_in, short_lived_server, owner, agent, workspace
+):
+    chat = scripted_chat(owner, agent, workspace)
+    page = tab.page
+    sign_in(tab, short_lived_server)
+    open_chat(tab, short_lived_server, chat)
+    composer = page.get_by_label("Message")
+
+    short_lived_server.stop()
+    expect(page.locator("#offline")).to_be_visible()
+    composer.fill("Written while Conch was down")
+    composer.press("Enter")
+    expect(page.locator("#composer-error")).to_contain_text("could not be reached")
+    expect(composer).to_have_value("Written while Conch was down")
+    services.conversation_rename(conversation=chat, title="Renamed while it was down")
+
+    short_lived_server.start()  # the same port: the page's socket finds it again
+
+    expect(page.locator("#offline")).to_be_hidden(timeout=20_000)
+    expect(page.locator("#chat-heading")).to_have_text("Renamed while it was down")
+    composer.press("Enter")
+    expect(composer).to_have_value("")
+    expect(page.locator("#composer-error")).to_be_hidden()
+    expect(page.locator("#transcript .msg.from-person .text")).to_have_text(
+        "Written while Conch was down"
+    )
+
+
+def test_a_lost_event_is_noticed_by_the_gap_in_the_numbers(
+    browser_context, sign_in, conch_server, owner, agent, workspace
+):
+    from tests.browser.conftest import watch
+
+    shown = scripted_chat(owner, agent, workspace, title="Shown")
+    elsewhere = scripted_chat(owner, agent, workspace, title="Elsewhere")
+    watching, acting = watch(browser_context.new_page()), watch(browser_context.new_page())
+    sign_in(watching)
+    open_chat(watching, conch_server, shown)
+    open_chat(acting, conch_server, shown)
+
+    # An event numbered but never delivered (the channel layer delivers at most once).
+    services.conversation_rename(conversation=elsewhere, title="Renamed, and the event lost")
+    expect(watching.page.locator(f"#row-{elsewhere.public_id}")).to_contain_text("Elsewhere")
+
+    # The next event this page gets is one number too far ahead: it fetches again.
+    acting.page.get_by_role("button", name="Plan").click()
+
+    expect(watching.page.get_by_role("button", name="Plan")).to_have_attribute(
+        "aria-pressed", "true"
+    )
+    expect(watching.page.locator(f"#row-{elsewhere.public_id} .row-title")).to_have_text(
+        "Renamed, and the event lost"
+    )
+    expect(watching.page.locator("body")).to_have_attribute("data-refetches", "1")
