@@ -213,3 +213,6 @@ class QueuedInputAdmin(ReadOnlyAdmin):
 class SignInTokenAdmin(ReadOnlyAdmin):
     list_display = ["user", "created_at", "used_at"]
     exclude = ["digest"]
+
+
+from chats.gateway import admin as gateway_admin  # noqa: E402,F401  registers the gateway's admin

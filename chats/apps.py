@@ -9,3 +9,6 @@ class ChatsConfig(AppConfig):
         from chats.tools import tasks, workspace  # noqa: F401  workspace registers its tools on import
 
         tasks.register_tools()
+        from chats.gateway.wiring import connect_gateway
+
+        connect_gateway()  # the gateway: its hooks, senders and sweeps

@@ -132,6 +132,12 @@ class Binding(models.Model):
             fields["roles"] = sorted(self.roles)
         return fields
 
+    def clean(self) -> None:
+        # The gateway owns the ladder: a binding that would tie with another is refused.
+        from chats.gateway.routing import binding_check
+
+        binding_check(self)
+
 
 class Status(models.TextChoices):
     """A chat's state, as the chat list has it."""
@@ -229,6 +235,8 @@ class Conversation(models.Model):
             models.Index(
                 fields=["owner", "archived", "last_interaction_at"], name="chat_owner_recent"
             ),
+            # A session's earlier generations are found by key (the unique one is partial).
+            models.Index(fields=["session_key"], name="chat_session_key"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -496,3 +504,6 @@ class EventStream(models.Model):
 
     def __str__(self) -> str:
         return f"events for {self.owner} at {self.seq}"
+
+
+from chats.gateway.models import *  # noqa: E402,F401,F403  the gateway's records, app label chats

@@ -1,0 +1,357 @@
+"""The gateway in the admin: agents (one default), bindings (ties refused), sessions,
+the outbox, reset policies, who you are on each channel, and identity links.
+
+Imported by ``chats.admin``. Secrets are write-only: bot tokens show masked,
+tokens and webhook secrets are shown once, when made.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.forms.models import BaseInlineFormSet
+
+from chats.admin import AgentAdmin, BindingInline, ReadOnlyAdmin
+from chats.gateway.models import (
+    ChannelAccount,
+    GatewayConfig,
+    GatewayToken,
+    IdentityLink,
+    InboundRecord,
+    OutboxMessage,
+    OutboxState,
+    OwnerIdentity,
+    ResetPolicy,
+    Session,
+    SessionOrigin,
+)
+from chats.gateway.outbox import outbox_retry_now
+from chats.gateway.routing import binding_conflicts, compile_binding
+from chats.gateway.services import channel_account_secret_rotate, session_end
+from chats.models import Agent
+
+ERR_ONE_DEFAULT = "There must be exactly one default agent: make another agent the default instead."
+
+
+# ---------------------------------------------------------------------------
+# Agents and bindings
+
+
+class AgentForm(forms.ModelForm):
+    class Meta:
+        model = Agent
+        fields = [
+            "slug",
+            "name",
+            "workspace",
+            "is_default",
+            "allowed_tools",
+            "system_text",
+            "engine",
+            "engine_config",
+            "created_at",
+        ]
+
+    def clean_is_default(self) -> bool:
+        value = self.cleaned_data.get("is_default", False)
+        if self.instance.pk and self.instance.is_default and not value:
+            raise ValidationError(ERR_ONE_DEFAULT)
+        return value
+
+    def validate_constraints(self) -> None:
+        # Making this agent the default retires the old one in save_model, so the
+        # one-default constraint is checked there, not against the old default.
+        exclude = self._get_validation_exclusions()
+        exclude.add("is_default")
+        try:
+            self.instance.validate_constraints(exclude=exclude)
+        except ValidationError as exc:
+            self._update_errors(exc)
+
+
+class BindingFormSet(BaseInlineFormSet):
+    """Two new rows of one form that would tie are refused together, naming both."""
+
+    def clean(self) -> None:
+        super().clean()
+        agent = self.instance
+        seen = []
+        for form in self.forms:
+            data = getattr(form, "cleaned_data", None)
+            if not data or data.get("DELETE") or not data.get("channel"):
+                continue
+            compiled = compile_binding(
+                id=form.instance.pk,
+                agent_id=agent.pk or 0,
+                agent_slug=agent.slug,
+                channel=data["channel"],
+                account_id=data.get("account_id", ""),
+                peer=data.get("peer", ""),
+                parent_peer=data.get("parent_peer", ""),
+                guild_id=data.get("guild_id", ""),
+                roles=data.get("roles") or [],
+                team_id=data.get("team_id", ""),
+            )
+            clashes = binding_conflicts(compiled, seen)
+            if clashes:
+                other, tier = clashes[0]
+                raise ValidationError(
+                    f"“{compiled.label}” and “{other.label}” would tie: both are {tier} rules "
+                    "for the same messages."
+                )
+            seen.append(compiled)
+
+
+class GatewayBindingInline(BindingInline):
+    formset = BindingFormSet
+
+
+class GatewayAgentAdmin(AgentAdmin):
+    form = AgentForm
+    inlines = [
+        inline if inline is not BindingInline else GatewayBindingInline
+        for inline in AgentAdmin.inlines
+    ]
+
+    def save_model(self, request, obj: Agent, form, change) -> None:
+        with transaction.atomic():
+            if obj.is_default:
+                Agent.objects.filter(is_default=True).exclude(pk=obj.pk).update(is_default=False)
+            super().save_model(request, obj, form, change)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        if obj is not None and obj.is_default:
+            return False  # there is always exactly one default agent
+        return super().has_delete_permission(request, obj)
+
+
+admin.site.unregister(Agent)
+admin.site.register(Agent, GatewayAgentAdmin)
+
+
+# ---------------------------------------------------------------------------
+# Sessions
+
+
+class SessionOriginInline(admin.StackedInline):
+    model = SessionOrigin
+    fk_name = "conversation"
+    can_delete = False
+    extra = 0
+    readonly_fields = [
+        "chat_type",
+        "channel",
+        "account_id",
+        "peer",
+        "group_id",
+        "thread_id",
+        "parent_peer",
+        "guild_id",
+        "team_id",
+        "job_id",
+        "reply_to",
+        "rule",
+        "dm_scope",
+        "previous",
+        "started_because",
+        "ended_because",
+        "reset_pending",
+    ]
+    fields = readonly_fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Session)
+class SessionAdmin(admin.ModelAdmin):
+    list_display = [
+        "session_key",
+        "title",
+        "agent",
+        "chat_type",
+        "status",
+        "taint",
+        "archived",
+        "pinned",
+        "session_started_at",
+        "last_interaction_at",
+    ]
+    list_filter = ["agent", "archived", "status", "gateway__chat_type", "gateway__channel"]
+    search_fields = ["session_key", "title", "public_id"]
+    list_select_related = ["agent", "gateway"]
+    readonly_fields = [
+        "public_id",
+        "session_key",
+        "agent",
+        "owner",
+        "folder",
+        "origin",
+        "origin_channel",
+        "status",
+        "taint",
+        "session_started_at",
+        "last_interaction_at",
+        "created_at",
+        "updated_at",
+    ]
+    fields = [*readonly_fields, "title", "pinned", "archived"]
+    inlines = [SessionOriginInline]
+    actions = ["start_fresh"]
+    date_hierarchy = "last_interaction_at"
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(session_key__isnull=False)
+
+    def has_add_permission(self, request) -> bool:
+        return False  # sessions are made by inbound messages
+
+    @admin.display(description="chat type")
+    def chat_type(self, obj) -> str:
+        origin = getattr(obj, "gateway", None)
+        return origin.chat_type if origin else ""
+
+    @admin.action(description="Start fresh (archive, keep everything)")
+    def start_fresh(self, request, queryset) -> None:
+        done = {"archived": 0, "pending": 0, "gone": 0}
+        for chat in queryset.filter(archived=False):
+            done[session_end(conversation=chat, reason="a reset from the admin")] += 1
+        self.message_user(
+            request,
+            f"{done['archived']} started fresh; {done['pending']} will once their reply ends.",
+        )
+
+
+# ---------------------------------------------------------------------------
+# The outbox and the inbound log
+
+
+@admin.register(OutboxMessage)
+class OutboxMessageAdmin(ReadOnlyAdmin):
+    list_display = [
+        "__str__",
+        "conversation",
+        "state",
+        "attempts",
+        "parts_sent",
+        "next_attempt_at",
+        "last_error",
+        "created_at",
+        "sent_at",
+    ]
+    list_filter = ["state", "channel"]
+    search_fields = ["text", "account_id", "last_error"]
+    list_select_related = ["conversation"]
+    actions = ["retry_now"]
+
+    @admin.action(description="Retry now")
+    def retry_now(self, request, queryset) -> None:
+        for message in queryset.filter(state__in=[OutboxState.FAILED, OutboxState.PENDING]):
+            outbox_retry_now(message=message)
+        self.message_user(request, "They go out on the runner's next sweep.")
+
+
+@admin.register(InboundRecord)
+class InboundRecordAdmin(ReadOnlyAdmin):
+    list_display = [
+        "received_at",
+        "channel",
+        "account_id",
+        "message_id",
+        "session_key",
+        "agent_slug",
+        "rule",
+        "outcome",
+        "shared_dm",
+    ]
+    list_filter = ["channel", "outcome", "shared_dm", "agent_slug"]
+    search_fields = ["message_id", "session_key", "rule"]
+    date_hierarchy = "received_at"
+
+
+# ---------------------------------------------------------------------------
+# Settings, accounts, identities, policies
+
+
+@admin.register(GatewayConfig)
+class GatewayConfigAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "dm_scope", "maintenance_mode", "prune_after_days", "max_entries"]
+    readonly_fields = ["routing_version"]
+
+    def has_add_permission(self, request) -> bool:
+        return not GatewayConfig.objects.exists()
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(GatewayToken)
+class GatewayTokenAdmin(ReadOnlyAdmin):
+    """Tokens are made with ``manage.py conch_gateway_token``, which shows one once."""
+
+    list_display = ["owner", "created_at", "revoked_at"]
+    exclude = ["digest"]
+
+
+class ChannelAccountForm(forms.ModelForm):
+    secret = forms.CharField(
+        required=False,
+        label="Bot token",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Leave empty to keep the current token.",
+    )
+
+    class Meta:
+        model = ChannelAccount
+        fields = ["owner", "channel", "account_id", "secret"]
+
+    def clean_secret(self) -> str:
+        value = self.cleaned_data.get("secret") or ""
+        if not value and self.instance.pk:
+            return self.instance.secret
+        return value
+
+
+@admin.register(ChannelAccount)
+class ChannelAccountAdmin(admin.ModelAdmin):
+    form = ChannelAccountForm
+    list_display = ["__str__", "owner", "masked", "has_webhook_secret", "created_at"]
+    list_filter = ["channel"]
+    readonly_fields = ["masked"]
+    actions = ["new_webhook_secret"]
+
+    @admin.display(boolean=True, description="webhook secret set")
+    def has_webhook_secret(self, obj: ChannelAccount) -> bool:
+        return bool(obj.webhook_secret_digest)
+
+    @admin.action(description="Make a new webhook secret (shown once)")
+    def new_webhook_secret(self, request, queryset) -> None:
+        for account in queryset:
+            secret = channel_account_secret_rotate(account=account)
+            self.message_user(
+                request,
+                f"{account}: the webhook's secret_token is {secret} — it is not shown again.",
+                messages.WARNING,
+            )
+
+
+@admin.register(OwnerIdentity)
+class OwnerIdentityAdmin(admin.ModelAdmin):
+    list_display = ["owner", "channel", "account_id", "peer"]
+    list_filter = ["channel"]
+    search_fields = ["peer"]
+
+
+@admin.register(IdentityLink)
+class IdentityLinkAdmin(admin.ModelAdmin):
+    list_display = ["name", "channel", "peer"]
+    list_filter = ["channel"]
+    search_fields = ["name", "peer"]
+
+
+@admin.register(ResetPolicy)
+class ResetPolicyAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "chat_type", "channel", "mode", "at_hour", "idle_minutes"]
+    list_filter = ["mode", "chat_type"]

@@ -1,0 +1,281 @@
+"""Keeping state bounded (seed ch. 4): prune dead sessions, compact long ones.
+
+- ``pruneAfter`` (default 30 days): a gateway session whose last interaction
+  is older is deleted, never a working or pinned chat, nor one whose task is
+  still going.
+- ``maxEntries`` (default 500): a live session with more entries is
+  compacted. The oldest overflow becomes ONE recap entry (``EntryKind.RECAP``,
+  through :func:`chats.summarize.summarize`), kept with the most recent
+  entries, so the kept length is at most the cap. An active session is
+  compacted, never pruned for being long; a chat mid-reply waits for the
+  next run.
+
+Mode ``enforce`` (the default) does it; ``warn`` (or ``dry_run``) only reports.
+Everything goes in batches of rows, so memory stays flat as the store grows.
+Only gateway sessions (chats with a session key) are maintained: the
+person's own chats are theirs to keep.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from chats import events
+from chats.gateway.models import MaintenanceMode
+from chats.gateway.selectors import gateway_config
+from chats.models import (
+    TASK_GOING_STATES,
+    Conversation,
+    Entry,
+    EntryKind,
+    EntryRole,
+    Status,
+    Task,
+    Turn,
+)
+from chats.runtime import hooks
+from chats.runtime import services as runtime
+from chats.summarize import SummaryLine, summarize
+
+log = logging.getLogger(__name__)
+
+BATCH = 500
+SAMPLE = 20  # how many actions a report names; the counts are always whole
+
+
+@dataclass
+class MaintenanceReport:
+    mode: str
+    dry_run: bool
+    prune_before: dt.datetime
+    max_entries: int
+    looked_at: int = 0
+    pruned: int = 0
+    kept_working: int = 0
+    kept_pinned: int = 0
+    compacted: int = 0
+    entries_removed: int = 0
+    compaction_deferred: int = 0
+    actions: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        if len(self.actions) < SAMPLE:
+            self.actions.append(text)
+
+    def lines(self) -> list[str]:
+        verb = "would" if self.dry_run else "did"
+        return [
+            f"maintenance ({self.mode}{', dry run' if self.dry_run else ''}): "
+            f"prune before {self.prune_before:%Y-%m-%d %H:%M} UTC, at most {self.max_entries} entries",
+            f"pruned ({verb}): {self.pruned} sessions; kept {self.kept_working} working "
+            f"and {self.kept_pinned} pinned",
+            f"compacted ({verb}): {self.compacted} sessions, {self.entries_removed} entries "
+            f"folded into recaps; {self.compaction_deferred} mid-reply left for next time",
+            *[f"  {action}" for action in self.actions],
+        ]
+
+
+Progress = Callable[[str], None]
+
+
+def maintenance_run(
+    *,
+    now: dt.datetime | None = None,
+    dry_run: bool = False,
+    batch: int = BATCH,
+    progress: Progress | None = None,
+) -> MaintenanceReport:
+    config = gateway_config()
+    now = now or timezone.now()
+    dry = dry_run or config.maintenance_mode == MaintenanceMode.WARN
+    report = MaintenanceReport(
+        mode=config.maintenance_mode,
+        dry_run=dry,
+        prune_before=now - dt.timedelta(days=config.prune_after_days),
+        max_entries=config.max_entries,
+    )
+    sessions_prune(report=report, batch=batch, progress=progress)
+    sessions_compact(report=report, batch=batch, progress=progress)
+    if (
+        dry
+        and config.maintenance_mode == MaintenanceMode.WARN
+        and (report.pruned or report.compacted)
+    ):
+        log.warning("gateway maintenance (warn): %s", "; ".join(report.lines()[1:3]))
+    return report
+
+
+# ---------------------------------------------------------------------------
+# Pruning
+
+
+def _busy(ids: list[int]) -> set[int]:
+    """Of these chats, the ones mid-reply or with a task still going."""
+    open_turns = Turn.objects.filter(conversation_id__in=ids, ended_at__isnull=True).values_list(
+        "conversation_id", flat=True
+    )
+    going = Task.objects.filter(parent_id__in=ids, state__in=TASK_GOING_STATES).values_list(
+        "parent_id", flat=True
+    )
+    return set(open_turns) | set(going)
+
+
+def sessions_prune(
+    *, report: MaintenanceReport, batch: int = BATCH, progress: Progress | None = None
+) -> None:
+    candidates = Conversation.objects.filter(
+        session_key__isnull=False, last_interaction_at__lt=report.prune_before
+    )
+    total = candidates.count()
+    if progress and total:
+        progress(f"pruning: {total} sessions last touched before {report.prune_before:%Y-%m-%d}")
+    last_pk, seen = 0, 0
+    while True:
+        rows = list(
+            candidates.filter(pk__gt=last_pk)
+            .order_by("pk")
+            .values_list("pk", "pinned", "status", "session_key")[:batch]
+        )
+        if not rows:
+            break
+        last_pk = rows[-1][0]
+        seen += len(rows)
+        report.looked_at += len(rows)
+        busy = _busy([row[0] for row in rows])
+        doomed = []
+        for pk, pinned, status, key in rows:
+            if pinned:
+                report.kept_pinned += 1
+            elif status == Status.WORKING or pk in busy:
+                report.kept_working += 1
+            else:
+                doomed.append(pk)
+                report.note(f"prune {key}")
+        if report.dry_run:
+            report.pruned += len(doomed)
+        elif doomed:
+            report.pruned += _delete_sessions(doomed, report.prune_before)
+        if progress:
+            progress(f"pruning: {seen}/{total} looked at, {report.pruned} pruned")
+
+
+def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
+    """Delete these sessions, rechecking each under its row lock. Returns how many went."""
+    with transaction.atomic():
+        locked = list(
+            Conversation.objects.select_for_update(of=("self",))
+            .filter(
+                pk__in=ids,
+                pinned=False,
+                last_interaction_at__lt=before,
+                session_key__isnull=False,
+            )
+            .exclude(status=Status.WORKING)
+        )
+        busy = _busy([c.pk for c in locked])
+        doomed = [c for c in locked if c.pk not in busy]
+        for chat in doomed:
+            for hook in list(hooks.before_delete_hooks):
+                hook(chat)
+        Conversation.objects.filter(pk__in=[c.pk for c in doomed]).delete()
+        for chat in doomed:
+            events.publish(
+                events.CONVERSATION_DELETED, owner_id=chat.owner_id, conversation_id=chat.public_id
+            )
+    return len(doomed)
+
+
+# ---------------------------------------------------------------------------
+# Compacting
+
+
+def sessions_compact(
+    *, report: MaintenanceReport, batch: int = BATCH, progress: Progress | None = None
+) -> None:
+    cap = report.max_entries
+    sessions = Conversation.objects.filter(session_key__isnull=False, archived=False)
+    total = sessions.count()
+    last_pk, seen = 0, 0
+    while True:
+        ids = list(
+            sessions.filter(pk__gt=last_pk).order_by("pk").values_list("pk", flat=True)[:batch]
+        )
+        if not ids:
+            break
+        last_pk = ids[-1]
+        seen += len(ids)
+        over = list(
+            Entry.objects.filter(conversation_id__in=ids)
+            .values("conversation_id")
+            .annotate(n=Count("id"))
+            .filter(n__gt=cap)
+            .values_list("conversation_id", "n")
+        )
+        for conversation_id, n in over:
+            session_compact(conversation_id=conversation_id, count=n, report=report)
+        if progress and (over or seen == total):
+            progress(f"compacting: {seen}/{total} sessions looked at, {report.compacted} compacted")
+
+
+def session_compact(*, conversation_id: int, count: int, report: MaintenanceReport) -> bool:
+    """Fold the oldest overflow of one session into a recap. Returns whether it did.
+
+    The summary is made with no transaction held (a model may be slow); the
+    write then happens under the chat's row lock, and only if nothing moved.
+    """
+    cap = report.max_entries
+    keep_recent = cap - 1
+    remove = count - keep_recent
+    if count <= cap:
+        return False
+    if Turn.objects.filter(conversation_id=conversation_id, ended_at__isnull=True).exists():
+        report.compaction_deferred += 1
+        return False
+    entries = Entry.objects.filter(conversation_id=conversation_id)
+    cut = entries.order_by("seq").values_list("seq", flat=True)[remove - 1]
+    chat = Conversation.objects.select_related("agent").get(pk=conversation_id)
+    report.note(f"compact {chat.session_key}: {remove} entries into a recap")
+    if report.dry_run:
+        report.compacted += 1
+        report.entries_removed += remove
+        return True
+
+    lines = (
+        SummaryLine(role, kind, text)
+        for role, kind, text in entries.filter(seq__lte=cut)
+        .order_by("seq")
+        .values_list("role", "kind", "text")
+        .iterator(chunk_size=500)
+    )
+    summary, summarizer = summarize(lines, agent=chat.agent)
+
+    with transaction.atomic():
+        chat = runtime._lock_chat(conversation_id)
+        if Turn.objects.filter(conversation_id=conversation_id, ended_at__isnull=True).exists():
+            report.compaction_deferred += 1
+            return False
+        kept = entries.filter(seq__gt=cut).count()
+        folded = entries.filter(seq__lte=cut).count()
+        if kept > keep_recent or folded != remove:
+            report.compaction_deferred += 1  # it moved while we summarized: next time
+            return False
+        entries.filter(seq__lte=cut).delete()
+        Entry.objects.create(
+            conversation_id=conversation_id,
+            seq=cut,
+            role=EntryRole.CONCH,
+            kind=EntryKind.RECAP,
+            text=summary,
+            data={"compacted": remove, "through_seq": cut, "summarizer": summarizer},
+        )
+        runtime._publish_chat(chat, compacted=remove)
+    report.compacted += 1
+    report.entries_removed += remove
+    return True

@@ -1,0 +1,341 @@
+"""The gateway's records: its settings, tokens, channel accounts, who you are on each
+channel, identity links, reset policies, each session's origin, inbound receipts
+and the outbox.
+
+Imported at the bottom of ``chats.models`` so the app label stays ``chats``.
+A gateway *session* is a :class:`~chats.models.Conversation` with a
+``session_key``; :class:`SessionOrigin` holds where it came from.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils import timezone
+
+from chats.models import Conversation, Turn
+
+__all__ = [
+    "ChannelAccount",
+    "ChatType",
+    "DmScope",
+    "GatewayConfig",
+    "GatewayToken",
+    "IdentityLink",
+    "InboundRecord",
+    "MaintenanceMode",
+    "OutboxMessage",
+    "OutboxState",
+    "OwnerIdentity",
+    "ResetMode",
+    "ResetPolicy",
+    "Session",
+    "SessionOrigin",
+]
+
+
+class DmScope(models.TextChoices):
+    """How direct messages are keyed (seed ch. 2). Groups never look at it."""
+
+    SHARED = "shared", "shared: every DM in one session (leaks between people)"
+    PER_PEER = "per-peer", "per-peer: one session per person"
+    PER_CHANNEL_PEER = "per-channel-peer", "per-channel-peer: one per person per app"
+    PER_ACCOUNT_CHANNEL_PEER = (
+        "per-account-channel-peer",
+        "per-account-channel-peer: one per person per app per bot account",
+    )
+
+
+class ChatType(models.TextChoices):
+    DM = "dm", "direct message"
+    GROUP = "group", "group"
+    THREAD = "thread", "thread"
+    CRON = "cron", "cron run"
+
+
+class MaintenanceMode(models.TextChoices):
+    ENFORCE = "enforce", "enforce: prune and compact"
+    WARN = "warn", "warn: only report what it would do"
+
+
+class GatewayConfig(models.Model):
+    """The gateway's settings: one row (pk 1). Changing it rebuilds the routing index."""
+
+    dm_scope = models.CharField(
+        max_length=32, choices=DmScope.choices, default=DmScope.PER_CHANNEL_PEER
+    )
+    maintenance_mode = models.CharField(
+        max_length=8, choices=MaintenanceMode.choices, default=MaintenanceMode.ENFORCE
+    )
+    prune_after_days = models.PositiveIntegerField(
+        default=30,
+        validators=[MinValueValidator(1)],
+        help_text="Sessions whose last interaction is older are deleted (never a working or pinned chat).",
+    )
+    max_entries = models.PositiveIntegerField(
+        default=500,
+        validators=[MinValueValidator(2)],
+        help_text="A session's transcript is compacted to at most this many entries.",
+    )
+    routing_version = models.PositiveBigIntegerField(
+        default=0, editable=False, help_text="Bumped whenever bindings, agents or links change."
+    )
+
+    class Meta:
+        verbose_name = "gateway settings"
+        verbose_name_plural = "gateway settings"
+
+    def __str__(self) -> str:
+        return f"gateway settings (dmScope {self.dm_scope})"
+
+
+class GatewayToken(models.Model):
+    """The per-install token scripts and bridges send as ``Authorization: Bearer``.
+
+    Only its digest is kept: the token is shown once, when it is made.
+    """
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="gateway_tokens",
+        help_text="Whose chats the gateway's sessions are.",
+    )
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        state = "revoked" if self.revoked_at else "live"
+        return f"gateway token for {self.owner} ({state})"
+
+
+class ChannelAccount(models.Model):
+    """One bot account on a chat app, e.g. a Telegram bot, and whose chats it feeds."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="channel_accounts"
+    )
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128)
+    secret = models.TextField(blank=True, help_text="The bot's token for sending replies.")
+    webhook_secret_digest = models.CharField(max_length=64, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "account_id"], name="channel_account_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.account_id}"
+
+    @property
+    def masked(self) -> str:
+        if not self.secret:
+            return ""
+        return "•" * 8 + self.secret[-4:] if len(self.secret) > 8 else "•" * 8
+
+
+class OwnerIdentity(models.Model):
+    """Who the owner is on a channel: their DMs are their own chats from a chat app."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="channel_identities"
+    )
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128, blank=True, help_text="Empty for any account.")
+    peer = models.CharField(max_length=128, help_text="Your id on that channel.")
+
+    class Meta:
+        verbose_name_plural = "owner identities"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "channel", "account_id", "peer"], name="owner_identity_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.owner} is {self.channel}:{self.peer}"
+
+
+class IdentityLink(models.Model):
+    """One person's peer on one channel, linked to a name shared by their other peers.
+
+    Linked DMs share one session across channels; unlinked peers never merge.
+    """
+
+    name = models.SlugField(max_length=64, help_text="The person's one name across channels.")
+    channel = models.CharField(max_length=32)
+    peer = models.CharField(max_length=128)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "peer"], name="identity_link_per_peer")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.peer} is {self.name}"
+
+
+class ResetMode(models.TextChoices):
+    DAILY = "daily", "daily at a set hour (and after idle minutes, if set)"
+    IDLE = "idle", "after idle minutes"
+    NONE = "none", "never"
+
+
+class ResetPolicy(models.Model):
+    """When sessions start fresh, per chat type and per channel.
+
+    The most specific policy applies: channel and type, then channel, then
+    type, then the catch-all; with none at all, daily at 04:00 local time.
+    """
+
+    chat_type = models.CharField(
+        max_length=8,
+        blank=True,
+        choices=[(c, label) for c, label in ChatType.choices if c != ChatType.CRON],
+        help_text="Empty for every chat type.",
+    )
+    channel = models.CharField(max_length=32, blank=True, help_text="Empty for every channel.")
+    mode = models.CharField(max_length=8, choices=ResetMode.choices, default=ResetMode.DAILY)
+    at_hour = models.PositiveSmallIntegerField(
+        default=4,
+        validators=[MaxValueValidator(23)],
+        help_text="Local hour of the daily reset (CONCH_TIME_ZONE).",
+    )
+    idle_minutes = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+
+    class Meta:
+        verbose_name_plural = "reset policies"
+        constraints = [
+            models.UniqueConstraint(fields=["chat_type", "channel"], name="reset_policy_scope"),
+        ]
+
+    def __str__(self) -> str:
+        scope = " ".join(filter(None, [self.channel, self.chat_type])) or "every session"
+        return f"{scope}: {self.get_mode_display()}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.mode == ResetMode.IDLE and not self.idle_minutes:
+            raise ValidationError({"idle_minutes": "An idle reset needs its minutes."})
+
+
+class SessionOrigin(models.Model):
+    """Where a gateway session came from, the rule that chose its agent, and its generations."""
+
+    conversation = models.OneToOneField(
+        Conversation, on_delete=models.CASCADE, primary_key=True, related_name="gateway"
+    )
+    chat_type = models.CharField(max_length=8, choices=ChatType.choices)
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128, blank=True)
+    peer = models.CharField(max_length=128, blank=True)
+    group_id = models.CharField(max_length=128, blank=True)
+    thread_id = models.CharField(max_length=128, blank=True)
+    parent_peer = models.CharField(max_length=128, blank=True)
+    guild_id = models.CharField(max_length=128, blank=True)
+    team_id = models.CharField(max_length=128, blank=True)
+    job_id = models.CharField(max_length=128, blank=True)
+    reply_to = models.JSONField(
+        default=dict, blank=True, help_text="Where replies go: the latest message's chat."
+    )
+    rule = models.CharField(max_length=255, blank=True, help_text="The routing rule that won.")
+    dm_scope = models.CharField(max_length=32, blank=True)
+    previous = models.ForeignKey(
+        Conversation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="next_generations",
+        help_text="The generation this one started fresh from.",
+    )
+    started_because = models.TextField(blank=True)
+    ended_because = models.TextField(blank=True)
+    reset_pending = models.TextField(
+        blank=True, help_text="A reset waiting for the running reply to end."
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["chat_type", "channel"], name="session_origin_scope")]
+
+    def __str__(self) -> str:
+        return f"{self.chat_type} on {self.channel} → {self.conversation_id}"
+
+
+class InboundRecord(models.Model):
+    """One inbound message as received: the idempotency key and the routing decision."""
+
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128)
+    message_id = models.CharField(max_length=255)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    session_key = models.CharField(max_length=512)
+    agent_slug = models.CharField(max_length=64)
+    rule = models.CharField(max_length=255)
+    outcome = models.CharField(max_length=32)
+    shared_dm = models.BooleanField(default=False)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel", "account_id", "message_id"], name="inbound_once"
+            )
+        ]
+        indexes = [models.Index(fields=["received_at"], name="inbound_received")]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.account_id}:{self.message_id} → {self.session_key}"
+
+
+class OutboxState(models.TextChoices):
+    PENDING = "pending", "waiting to be sent"
+    SENDING = "sending", "being sent"
+    SENT = "sent", "sent"
+    FAILED = "failed", "failed for good"
+
+
+class OutboxMessage(models.Model):
+    """A reply on its way back to a chat app, delivered with retries and backoff."""
+
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    turn = models.OneToOneField(
+        Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="outbox_message"
+    )
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128)
+    target = models.JSONField(default=dict, help_text="The chat on the app, e.g. chat_id.")
+    text = models.TextField()
+    state = models.CharField(max_length=8, choices=OutboxState.choices, default=OutboxState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    parts_sent = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["state", "next_attempt_at"], name="outbox_due")]
+
+    def __str__(self) -> str:
+        return f"to {self.channel}:{self.account_id} ({self.state})"
+
+
+class Session(Conversation):
+    """Gateway sessions in the admin: the chats that have a session key."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "gateway session"

@@ -1,0 +1,68 @@
+"""Reads for the gateway: its settings, sessions by key, who the owner is on a channel,
+and a persona's own auth profiles."""
+
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from chats.gateway.models import GatewayConfig, OwnerIdentity
+from chats.models import Agent, AuthProfile, Conversation
+
+ERR_NOT_THIS_PERSONAS = "That auth profile isn't this persona's."
+
+
+def gateway_config() -> GatewayConfig:
+    config, _ = GatewayConfig.objects.get_or_create(pk=1)
+    return config
+
+
+def session_active(*, agent_id: int, session_key: str) -> Conversation | None:
+    """The live generation of a session. Always looked up with its agent."""
+    return (
+        Conversation.objects.filter(agent_id=agent_id, session_key=session_key, archived=False)
+        .select_related("agent")
+        .first()
+    )
+
+
+def session_latest_archived(*, agent_id: int, session_key: str) -> Conversation | None:
+    return (
+        Conversation.objects.filter(agent_id=agent_id, session_key=session_key, archived=True)
+        .order_by("-session_started_at", "-pk")
+        .first()
+    )
+
+
+def session_generations(*, conversation: Conversation) -> list[Conversation]:
+    """Every generation of this chat's session, oldest first (same agent, same key)."""
+    if not conversation.session_key:
+        return [conversation]
+    return list(
+        Conversation.objects.filter(
+            agent_id=conversation.agent_id, session_key=conversation.session_key
+        ).order_by("session_started_at", "pk")
+    )
+
+
+def is_owner_peer(*, owner, channel: str, account_id: str, peer: str) -> bool:
+    """Whether ``peer`` on ``channel`` is the owner themself (configured in OwnerIdentity)."""
+    return OwnerIdentity.objects.filter(
+        Q(account_id="") | Q(account_id=account_id), owner=owner, channel=channel, peer=peer
+    ).exists()
+
+
+def auth_profiles_for(*, agent: Agent) -> QuerySet[AuthProfile]:
+    """One persona's auth profiles: never another's."""
+    return AuthProfile.objects.filter(agent=agent).order_by("name")
+
+
+def auth_profile_for(*, conversation: Conversation, name: str) -> AuthProfile:
+    """The named auth profile of the persona this chat belongs to.
+
+    Raises ``AuthProfile.DoesNotExist`` for a name only another persona has,
+    so one persona's credentials never reach another's chat, tools or prompt.
+    """
+    try:
+        return AuthProfile.objects.get(agent_id=conversation.agent_id, name=name)
+    except AuthProfile.DoesNotExist:
+        raise AuthProfile.DoesNotExist(ERR_NOT_THIS_PERSONAS) from None

@@ -1,0 +1,546 @@
+"""The gateway's writes: tokens, taking an inbound message in, and starting sessions afresh.
+
+An inbound message is routed (:func:`~chats.gateway.routing.resolve_route`),
+then lands in its session's live chat, made in the agent's workspace if there
+is none, and is sent with ``message_send``: it starts a reply, or queues
+behind the running one. A reset archives the live generation (it stays
+readable and searchable) and the next one links to it and says why it
+started fresh. A working chat is never reset mid-reply: the reset waits for
+the reply to end (the turn-end hook), and messages queued meanwhile go to the
+new generation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from chats.gateway.inbound import Inbound
+from chats.gateway.lifecycle import Policies, local_zone, manual_reset, reset_reason
+from chats.gateway.models import (
+    ChannelAccount,
+    ChatType,
+    GatewayToken,
+    InboundRecord,
+    SessionOrigin,
+)
+from chats.gateway.outbox import outbox_enqueue, outbox_enqueue_reply
+from chats.gateway.routing import Route, route_index
+from chats.gateway.selectors import is_owner_peer, session_active, session_latest_archived
+from chats.models import (
+    Agent,
+    Conversation,
+    EntryKind,
+    EntryRole,
+    Mode,
+    Origin,
+    QueuedInput,
+    Taint,
+    Turn,
+    TurnState,
+)
+from chats.runtime import services as runtime
+
+log = logging.getLogger(__name__)
+
+TOKEN_PREFIX = "conch_gw_"
+ACK_FRESH = "Started fresh. The earlier conversation is kept."
+ACK_FRESH_LATER = "I'll start fresh once the current reply ends."
+ERR_NO_PREVIOUS_REASON = "the earlier chat was archived"
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# Tokens
+
+
+def gateway_token_rotate(*, owner) -> str:
+    """Make the install's gateway token, retiring any other. The token is returned once."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        GatewayToken.objects.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        GatewayToken.objects.create(owner=owner, digest=_digest(token))
+    return token
+
+
+def gateway_token_owner(token: str):
+    """Whose gateway this token opens, or None. Looked up by digest: nothing to time."""
+    if not token or not token.startswith(TOKEN_PREFIX):
+        return None
+    found = (
+        GatewayToken.objects.filter(digest=_digest(token), revoked_at__isnull=True)
+        .select_related("owner")
+        .first()
+    )
+    return found.owner if found else None
+
+
+def channel_account_secret_rotate(*, account: ChannelAccount) -> str:
+    """A new webhook secret for a chat-app account (Telegram's ``secret_token``), shown once."""
+    secret = secrets.token_urlsafe(32)
+    ChannelAccount.objects.filter(pk=account.pk).update(webhook_secret_digest=_digest(secret))
+    account.webhook_secret_digest = _digest(secret)
+    return secret
+
+
+def channel_account_check(*, account: ChannelAccount, secret: str) -> bool:
+    if not account.webhook_secret_digest or not secret:
+        return False
+    return secrets.compare_digest(_digest(secret), account.webhook_secret_digest)
+
+
+# ---------------------------------------------------------------------------
+# Taking a message in
+
+
+@dataclass(frozen=True)
+class InboundResult:
+    outcome: str  # started | queued | reset | reset_pending | duplicate
+    chat: str | None
+    session_key: str
+    agent: str
+    rule: str
+    tier: str
+    shared_dm: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_reply_to(inbound: Inbound) -> dict:
+    if inbound.chat_type == ChatType.DM:
+        return {"chat_id": inbound.peer}
+    if inbound.chat_type == ChatType.GROUP:
+        return {"chat_id": inbound.group_id}
+    if inbound.chat_type == ChatType.THREAD:
+        return {"chat_id": inbound.thread_parent, "thread_id": inbound.thread_id}
+    return {}
+
+
+def _title(inbound: Inbound) -> str:
+    channel = inbound.channel.title()
+    if inbound.chat_type == ChatType.DM:
+        title = f"{channel} · {inbound.peer}"
+    elif inbound.chat_type == ChatType.GROUP:
+        title = f"{channel} group {inbound.group_id}"
+    elif inbound.chat_type == ChatType.THREAD:
+        title = f"{channel} thread {inbound.thread_id} in {inbound.thread_parent}"
+    else:
+        title = f"Routine {inbound.job_id} · run {inbound.message_id}"
+    return title[:120]
+
+
+def _has_open_turn(conversation: Conversation) -> bool:
+    return Turn.objects.filter(conversation_id=conversation.pk, ended_at__isnull=True).exists()
+
+
+def _fresh_note(previous: Conversation, why: str) -> str:
+    return (
+        f"This chat started fresh: {why}. The earlier conversation is kept, archived, "
+        f"as chat {previous.public_id}."
+    )
+
+
+def session_start(
+    *,
+    owner,
+    agent: Agent,
+    session_key: str,
+    title: str,
+    origin_fields: dict,
+    origin: str,
+    taint: str,
+    mode: str,
+    previous: Conversation | None = None,
+    started_because: str = "",
+) -> Conversation:
+    """Make a session's live generation. Call inside ``atomic()``.
+
+    Raises IntegrityError if another live generation of the key appeared meanwhile.
+    """
+    try:
+        Path(agent.workspace).mkdir(parents=True, exist_ok=True)
+    except OSError:
+        log.warning("could not make the workspace %s for %s", agent.workspace, agent.slug)
+    with transaction.atomic():
+        chat = runtime.conversation_create(
+            owner=owner,
+            title=title,
+            folder=agent.workspace,
+            agent=agent,
+            origin=origin,
+            origin_channel=origin_fields.get("channel", "") if origin == Origin.CHAT_APP else "",
+            taint=taint,
+            mode=mode,
+            session_key=session_key,
+        )
+        SessionOrigin.objects.create(
+            conversation=chat,
+            previous=previous,
+            started_because=started_because if previous else "",
+            **origin_fields,
+        )
+        if previous is not None:
+            runtime.entry_append(
+                conversation=chat,
+                role=EntryRole.CONCH,
+                kind=EntryKind.NOTE,
+                text=_fresh_note(previous, started_because),
+                data={"reset": started_because, "previous": previous.public_id},
+            )
+    return chat
+
+
+def _origin_fields(inbound: Inbound, route: Route, reply_to: dict) -> dict:
+    return {
+        "chat_type": inbound.chat_type,
+        "channel": inbound.channel,
+        "account_id": inbound.account_id,
+        "peer": inbound.peer,
+        "group_id": inbound.group_id,
+        "thread_id": inbound.thread_id,
+        "parent_peer": inbound.thread_parent,
+        "guild_id": inbound.guild_id,
+        "team_id": inbound.team_id,
+        "job_id": inbound.job_id,
+        "reply_to": reply_to,
+        "rule": route.rule.label[:255],
+        "dm_scope": route.dm_scope,
+    }
+
+
+def session_end(*, conversation: Conversation, reason: str) -> str:
+    """Archive a session's live generation, or mark the reset pending if a reply is running.
+
+    Returns ``archived``, ``pending`` or ``gone`` (already archived or deleted).
+    """
+    with transaction.atomic():
+        try:
+            chat = runtime._lock_chat(conversation.pk)
+        except Conversation.DoesNotExist:
+            return "gone"
+        if chat.archived:
+            return "gone"
+        if _has_open_turn(chat):
+            SessionOrigin.objects.filter(pk=chat.pk).update(reset_pending=reason)
+            return "pending"
+        SessionOrigin.objects.filter(pk=chat.pk).update(ended_because=reason, reset_pending="")
+        runtime.conversation_archive(conversation=chat)
+    return "archived"
+
+
+def _message_text(inbound: Inbound, text: str) -> str:
+    if inbound.chat_type in (ChatType.GROUP, ChatType.THREAD):
+        return f"{inbound.peer}: {text}"  # several people talk here: say who
+    return text
+
+
+def inbound_receive(
+    *,
+    owner,
+    inbound: Inbound,
+    reply_to: dict | None = None,
+    now: dt.datetime | None = None,
+) -> InboundResult:
+    """Route one inbound message into its session and send it there. Idempotent on
+    (channel, account_id, message_id): a repeat changes nothing and says ``duplicate``."""
+    now = now or timezone.now()
+    route = route_index(check_db=True).resolve(inbound)
+    reply_to = reply_to if reply_to is not None else default_reply_to(inbound)
+    command = manual_reset(inbound.text) if inbound.chat_type != ChatType.CRON else None
+
+    base = {
+        "session_key": route.session_key,
+        "agent": route.agent.slug,
+        "rule": route.rule.label,
+        "tier": str(route.rule.tier),
+        "shared_dm": route.shared_dm,
+    }
+    with transaction.atomic():
+        record = _record_once(inbound, route, now)
+        if record is None:
+            first = InboundRecord.objects.filter(
+                channel=inbound.channel,
+                account_id=inbound.account_id,
+                message_id=inbound.message_id,
+            ).first()
+            chat = Conversation.objects.filter(pk=first.conversation_id).first() if first else None
+            return InboundResult(outcome="duplicate", chat=chat.public_id if chat else None, **base)
+        outcome, chat = _take_in(owner, inbound, route, reply_to, command, now)
+        InboundRecord.objects.filter(pk=record.pk).update(conversation=chat, outcome=outcome)
+    log.info(
+        "inbound %s:%s:%s → %s via %s (%s)",
+        inbound.channel,
+        inbound.account_id,
+        inbound.message_id,
+        route.session_key,
+        route.rule.label,
+        outcome,
+    )
+    return InboundResult(outcome=outcome, chat=chat.public_id, **base)
+
+
+def _record_once(inbound: Inbound, route: Route, now: dt.datetime) -> InboundRecord | None:
+    """The message's receipt, or None if it was received before. Call inside ``atomic()``:
+    a concurrent twin waits on the unique row and then sees it."""
+    try:
+        with transaction.atomic():
+            return InboundRecord.objects.create(
+                channel=inbound.channel,
+                account_id=inbound.account_id,
+                message_id=inbound.message_id,
+                session_key=route.session_key,
+                agent_slug=route.agent.slug,
+                rule=route.rule.label[:255],
+                outcome="received",
+                shared_dm=route.shared_dm,
+                received_at=now,
+            )
+    except IntegrityError:
+        return None
+
+
+def _take_in(
+    owner,
+    inbound: Inbound,
+    route: Route,
+    reply_to: dict,
+    command: tuple[str, str] | None,
+    now: dt.datetime,
+) -> tuple[str, Conversation]:
+    owners_dm = inbound.chat_type == ChatType.DM and is_owner_peer(
+        owner=owner, channel=inbound.channel, account_id=inbound.account_id, peer=inbound.peer
+    )
+    someone_elses = inbound.chat_type in (ChatType.GROUP, ChatType.THREAD) or (
+        inbound.chat_type == ChatType.DM and not owners_dm
+    )
+    fields = _origin_fields(inbound, route, reply_to)
+    chat = session_active(agent_id=route.agent.id, session_key=route.session_key)
+    previous, why = None, ""
+    pending = False
+
+    if chat is not None:
+        if command is not None:
+            why = f"you sent {command[0]}"
+        elif inbound.chat_type != ChatType.CRON:
+            policy = Policies.load().for_session(
+                chat_type=inbound.chat_type, channel=inbound.channel
+            )
+            why = reset_reason(
+                policy, last_interaction_at=chat.last_interaction_at, now=now, zone=local_zone()
+            )
+        if why:
+            ended = session_end(conversation=chat, reason=why)
+            if ended == "pending":
+                pending = True
+            else:
+                previous, chat = chat, None
+
+    if chat is None:
+        if previous is None:
+            previous = session_latest_archived(
+                agent_id=route.agent.id, session_key=route.session_key
+            )
+            if previous is not None:
+                why = (
+                    SessionOrigin.objects.filter(pk=previous.pk)
+                    .values_list("ended_because", flat=True)
+                    .first()
+                ) or ERR_NO_PREVIOUS_REASON
+        agent = Agent.objects.get(pk=route.agent.id)
+        origin = Origin.ROUTINE if inbound.chat_type == ChatType.CRON else Origin.CHAT_APP
+        kwargs = {
+            "owner": owner,
+            "agent": agent,
+            "session_key": route.session_key,
+            "title": _title(inbound),
+            "origin_fields": fields,
+            "origin": origin,
+            "taint": Taint.PERSON if someone_elses else Taint.NONE,
+            # Someone else's words never run a write without the owner's OK.
+            "mode": Mode.ASK if someone_elses else Mode.AUTO,
+            "previous": previous,
+            "started_because": why,
+        }
+        try:
+            chat = session_start(**kwargs)
+        except IntegrityError:  # the same key's first message, twice at once: join it
+            chat = session_active(agent_id=route.agent.id, session_key=route.session_key)
+            if chat is None:
+                raise
+    else:
+        SessionOrigin.objects.filter(pk=chat.pk).update(
+            reply_to=reply_to,
+            channel=inbound.channel,
+            account_id=inbound.account_id,
+            rule=fields["rule"],
+        )
+
+    if someone_elses and not chat.taint_at_least(Taint.PERSON):
+        runtime.taint_raise(
+            conversation=chat, taint=Taint.PERSON, why=f"a message from {inbound.peer}"
+        )
+
+    text = command[1] if command is not None else inbound.text
+    if not text:
+        ack = ACK_FRESH_LATER if pending else ACK_FRESH
+        outbox_enqueue(
+            conversation=chat,
+            channel=inbound.channel,
+            account_id=inbound.account_id,
+            target=reply_to,
+            text=ack,
+        )
+        Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
+        return ("reset_pending" if pending else "reset"), chat
+
+    sent = runtime.message_send(conversation=chat, text=_message_text(inbound, text))
+    Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
+    if pending:
+        return "reset_pending", chat
+    return ("queued" if isinstance(sent, QueuedInput) else "started"), chat
+
+
+# ---------------------------------------------------------------------------
+# After a reply: its words go out, and a reset that waited for it happens
+
+
+def on_turn_end(turn: Turn) -> None:
+    """The turn-end hook: enqueue the reply for the chat app, then any reset that waited."""
+    origin = SessionOrigin.objects.filter(pk=turn.conversation_id).first()
+    if origin is None:
+        return
+    outbox_enqueue_reply(turn=turn, origin=origin)
+    if origin.reset_pending:
+        session_reset_after_reply(
+            conversation_id=turn.conversation_id, stopped=turn.state == TurnState.STOPPED
+        )
+
+
+def session_reset_after_reply(
+    *, conversation_id: int, stopped: bool = False
+) -> Conversation | None:
+    """Do the reset that waited for a reply. Messages queued meanwhile open the next generation.
+
+    Returns the new generation, if one was opened.
+    """
+    with transaction.atomic():
+        chat = runtime._lock_chat(conversation_id)
+        origin = SessionOrigin.objects.filter(pk=chat.pk).first()
+        if origin is None or not origin.reset_pending or chat.archived or _has_open_turn(chat):
+            return None
+        why = origin.reset_pending
+        texts = runtime._queued_take_locked(chat)
+        SessionOrigin.objects.filter(pk=chat.pk).update(ended_because=why, reset_pending="")
+        runtime.conversation_archive(conversation=chat)
+        if not texts:
+            return None  # the next message opens the next generation
+        fields = {
+            name: getattr(origin, name)
+            for name in (
+                "chat_type",
+                "channel",
+                "account_id",
+                "peer",
+                "group_id",
+                "thread_id",
+                "parent_peer",
+                "guild_id",
+                "team_id",
+                "job_id",
+                "reply_to",
+                "rule",
+                "dm_scope",
+            )
+        }
+        fresh = session_start(
+            owner=chat.owner,
+            agent=chat.agent,
+            session_key=chat.session_key,
+            title=chat.title,
+            origin_fields=fields,
+            origin=chat.origin,
+            taint=Taint.PERSON if chat.taint == Taint.PERSON else Taint.NONE,
+            mode=chat.mode,
+            previous=chat,
+            started_because=why,
+        )
+        if stopped:  # a stopped reply keeps queued words for the next message, as ever
+            for text in texts:
+                QueuedInput.objects.create(conversation=fresh, text=text)
+        else:
+            runtime.message_send(conversation=fresh, text="\n\n".join(texts))
+    return fresh
+
+
+# ---------------------------------------------------------------------------
+# The sweep: sessions due to start fresh, without waiting for their next message
+
+
+@dataclass
+class ResetSweepReport:
+    looked_at: int = 0
+    archived: int = 0
+    pending: int = 0
+
+
+def sessions_reset_sweep(*, now: dt.datetime | None = None, batch: int = 500) -> ResetSweepReport:
+    """Archive every live session whose policy says it is due; a working one waits.
+
+    The next message to a swept session opens its next generation. Works in
+    batches of ``batch`` rows, so memory stays flat however many sessions there are.
+    """
+    from chats.gateway.lifecycle import due_before
+
+    now = now or timezone.now()
+    zone = local_zone()
+    policies = Policies.load()
+    cutoffs = [c for p in policies.all() if (c := due_before(p, now=now, zone=zone))]
+    report = ResetSweepReport()
+    if not cutoffs:
+        return report
+    latest = max(cutoffs)
+    last_pk = 0
+    while True:
+        rows = list(
+            Conversation.objects.filter(
+                pk__gt=last_pk,
+                session_key__isnull=False,
+                archived=False,
+                gateway__isnull=False,
+                last_interaction_at__lt=latest,
+            )
+            .exclude(gateway__chat_type=ChatType.CRON)
+            .order_by("pk")
+            .values_list("pk", "last_interaction_at", "gateway__chat_type", "gateway__channel")[
+                :batch
+            ]
+        )
+        if not rows:
+            break
+        last_pk = rows[-1][0]
+        for pk, last, chat_type, channel in rows:
+            report.looked_at += 1
+            policy = policies.for_session(chat_type=chat_type, channel=channel)
+            why = reset_reason(policy, last_interaction_at=last, now=now, zone=zone)
+            if not why:
+                continue
+            ended = session_end(conversation=Conversation(pk=pk), reason=why)
+            if ended == "archived":
+                report.archived += 1
+            elif ended == "pending":
+                report.pending += 1
+    # A reset that waited for a reply whose end hook never ran (a crash): do it now.
+    for pk in SessionOrigin.objects.exclude(reset_pending="").values_list("pk", flat=True):
+        session_reset_after_reply(conversation_id=pk)
+    return report
