@@ -1,0 +1,323 @@
+"""POST /gateway/inbound and manage.py conch_inbound: token, idempotency, errors, which chats are yours."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+
+from chats.gateway.models import GatewayToken, InboundRecord, OwnerIdentity, SessionOrigin
+from chats.gateway.services import gateway_token_rotate
+from chats.models import (
+    Conversation,
+    Entry,
+    EntryRole,
+    Lane,
+    Mode,
+    Origin,
+    QueuedInput,
+    Taint,
+    Turn,
+)
+from chats.runtime.runner import drain
+
+URL = "/gateway/inbound"
+
+
+def body(**fields):
+    data = {
+        "channel": "telegram",
+        "account_id": "bot1",
+        "chat_type": "dm",
+        "peer": "alice",
+        "message_id": "1",
+        "text": "hello",
+    }
+    data.update(fields)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def post(client, data, token=None, **headers):
+    if token:
+        headers["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    raw = data if isinstance(data, str | bytes) else json.dumps(data)
+    return client.post(URL, raw, content_type="application/json", **headers)
+
+
+def test_the_url_is_gateway_inbound():
+    assert reverse("gateway:inbound") == URL
+
+
+def test_without_a_token_it_is_refused(client, agent):
+    response = post(client, body())
+    assert response.status_code == 401
+    assert "Bearer" in response["WWW-Authenticate"]
+    assert not Conversation.objects.exists()
+
+
+def test_a_wrong_token_is_refused(client, agent, gateway_token):
+    response = post(client, body(), token=gateway_token + "x")
+    assert response.status_code == 401
+    assert post(client, body(), token="conch_gw_made_up").status_code == 401
+    assert not Conversation.objects.exists()
+
+
+def test_the_browser_session_is_not_a_gateway_token(client, owner, agent, gateway_token):
+    client.force_login(owner)
+    assert post(client, body()).status_code == 401
+
+
+def test_a_rotated_token_stops_working_and_the_new_one_works(client, owner, agent, gateway_token):
+    newer = gateway_token_rotate(owner=owner)
+    assert post(client, body(message_id="a"), token=gateway_token).status_code == 401
+    assert post(client, body(message_id="b"), token=newer).status_code == 202
+
+
+def test_only_the_tokens_digest_is_kept(gateway_token):
+    stored = GatewayToken.objects.get()
+    assert gateway_token not in stored.digest
+    assert len(stored.digest) == 64
+
+
+def test_only_post_is_taken(client, agent, gateway_token):
+    response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {gateway_token}")
+    assert response.status_code == 405
+
+
+def test_a_message_lands_in_its_session_and_starts_a_reply(client, owner, agent, gateway_token):
+    response = post(client, body(text="what's up"), token=gateway_token)
+    assert response.status_code == 202
+    answer = response.json()
+    assert answer["outcome"] == "started"
+    assert answer["session_key"] == "agent:main:dm:telegram:alice"
+    assert answer["rule"].startswith("default")
+    chat = Conversation.objects.get(public_id=answer["chat"])
+    assert (chat.owner, chat.agent, chat.session_key) == (owner, agent, answer["session_key"])
+    assert chat.folder == agent.workspace  # the persona's workspace
+    assert chat.entries.get().text == "what's up"
+    assert chat.turns.get().started_by == "person"
+
+
+def test_the_same_message_twice_is_taken_in_once(client, agent, gateway_token):
+    first = post(client, body(message_id="42"), token=gateway_token)
+    again = post(client, body(message_id="42"), token=gateway_token)
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert again.json()["outcome"] == "duplicate"
+    assert again.json()["chat"] == first.json()["chat"]
+    assert Entry.objects.count() == 1
+    assert InboundRecord.objects.count() == 1
+
+
+def test_the_same_message_id_on_another_account_or_channel_is_another_message(
+    client, agent, gateway_token
+):
+    post(client, body(message_id="42"), token=gateway_token)
+    other_account = post(client, body(message_id="42", account_id="bot2"), token=gateway_token)
+    other_channel = post(client, body(message_id="42", channel="slack"), token=gateway_token)
+    # per-channel-peer: bot2's alice shares the session (and queues); slack's alice doesn't
+    assert other_account.json()["outcome"] == "queued"
+    assert other_channel.json()["outcome"] == "started"
+    assert InboundRecord.objects.count() == 3
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ("not json", "body"),
+        ([1, 2], "body"),
+        (body(channel=None), "channel"),
+        (body(channel="Tele gram!"), "channel"),
+        (body(chat_type="email"), "chat_type"),
+        (body(chat_type=None), "chat_type"),
+        (body(peer=None), "peer"),
+        (body(peer=["alice"]), "peer"),
+        (body(message_id=None), "message_id"),
+        (body(text=None), "text"),
+        (body(text="   "), "text"),
+        (body(text="x" * 40_000), "text"),
+        (body(chat_type="group"), "group_id"),
+        (body(chat_type="thread", group_id="g"), "thread_id"),
+        (body(chat_type="cron"), "job_id"),
+        (body(member_roles="mod", guild_id="G"), "member_roles"),
+        (body(member_roles=["mod"]), "member_roles"),
+        (body(account_id="*"), "account_id"),
+        (body(surprise=1), "surprise"),
+    ],
+)
+def test_a_malformed_body_gets_a_400_naming_the_field(client, agent, gateway_token, data, field):
+    response = post(client, data, token=gateway_token)
+    assert response.status_code == 400
+    assert response.json()["field"] == field
+    assert not Conversation.objects.exists()
+    assert not InboundRecord.objects.exists()
+
+
+def test_a_message_while_a_reply_runs_is_queued_not_lost(
+    client, agent, gateway_token, django_capture_on_commit_callbacks
+):
+    first = post(client, body(message_id="1", text="one"), token=gateway_token)
+    second = post(client, body(message_id="2", text="two"), token=gateway_token)
+    assert second.json()["outcome"] == "queued"
+    assert second.json()["chat"] == first.json()["chat"]
+    assert QueuedInput.objects.get().text == "two"
+    with django_capture_on_commit_callbacks(execute=True):
+        drain()
+    drain()
+    chat = Conversation.objects.get()
+    assert chat.turns.count() == 2
+    assert list(chat.entries.filter(role=EntryRole.PERSON).values_list("text", flat=True)) == [
+        "one",
+        "two",
+    ]
+
+
+def test_the_owners_own_dm_is_their_own_chat_from_a_chat_app(client, owner, agent, gateway_token):
+    OwnerIdentity.objects.create(owner=owner, channel="telegram", peer="me")
+    answer = post(client, body(peer="me"), token=gateway_token).json()
+    chat = Conversation.objects.get(public_id=answer["chat"])
+    assert (chat.origin, chat.origin_channel, chat.taint, chat.mode) == (
+        Origin.CHAT_APP,
+        "telegram",
+        Taint.NONE,
+        Mode.AUTO,
+    )
+
+
+def test_a_dm_from_anyone_else_is_a_chat_with_someone_elses_words(
+    client, owner, agent, gateway_token
+):
+    OwnerIdentity.objects.create(owner=owner, channel="telegram", peer="me")
+    answer = post(client, body(peer="stranger"), token=gateway_token).json()
+    chat = Conversation.objects.get(public_id=answer["chat"])
+    assert (chat.origin, chat.taint) == (Origin.CHAT_APP, Taint.PERSON)
+    assert chat.mode == Mode.ASK  # someone else's words never write without the owner's OK
+
+
+def test_a_group_is_someone_elses_words_even_when_the_owner_speaks(
+    client, owner, agent, gateway_token
+):
+    OwnerIdentity.objects.create(owner=owner, channel="telegram", peer="me")
+    answer = post(
+        client, body(peer="me", chat_type="group", group_id="family"), token=gateway_token
+    ).json()
+    chat = Conversation.objects.get(public_id=answer["chat"])
+    assert chat.taint == Taint.PERSON
+    assert chat.entries.get().text == "me: hello"  # several people talk here: it says who
+
+
+def test_a_shared_dm_that_a_stranger_joins_becomes_someone_elses_words(
+    client, owner, agent, gateway_token
+):
+    from chats.gateway.models import DmScope
+    from chats.gateway.selectors import gateway_config
+
+    config = gateway_config()
+    config.dm_scope = DmScope.SHARED
+    config.save()
+    OwnerIdentity.objects.create(owner=owner, channel="telegram", peer="me")
+    mine = post(client, body(peer="me", message_id="1"), token=gateway_token).json()
+    assert Conversation.objects.get(public_id=mine["chat"]).taint == Taint.NONE
+    theirs = post(client, body(peer="bob", message_id="2"), token=gateway_token).json()
+    assert theirs["chat"] == mine["chat"]
+    assert theirs["shared_dm"] is True  # the leak, flagged
+    assert Conversation.objects.get(public_id=mine["chat"]).taint == Taint.PERSON
+
+
+def test_a_cron_run_is_a_routine_on_the_cron_lane(client, agent, gateway_token):
+    answer = post(
+        client,
+        body(channel="cron", chat_type="cron", job_id="mail", peer=None, message_id="run-1"),
+        token=gateway_token,
+    ).json()
+    chat = Conversation.objects.get(public_id=answer["chat"])
+    assert (chat.origin, chat.taint) == (Origin.ROUTINE, Taint.NONE)
+    assert Turn.objects.get(conversation=chat).lane == Lane.CRON
+    assert SessionOrigin.objects.get(pk=chat.pk).job_id == "mail"
+
+
+# ---------------------------------------------------------------------------
+# manage.py conch_inbound
+
+
+def run_inbound(*args, stdin=None):
+    out = io.StringIO()
+    if stdin is not None:
+        import sys
+
+        real = sys.stdin
+        sys.stdin = io.StringIO(stdin)
+        try:
+            call_command("conch_inbound", *args, stdout=out)
+        finally:
+            sys.stdin = real
+    else:
+        call_command("conch_inbound", *args, stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_conch_inbound_takes_json_on_stdin(owner, agent, gateway_token):
+    answer = run_inbound(stdin=json.dumps(body(message_id="s1")))
+    assert answer["outcome"] == "started"
+    assert Conversation.objects.get(public_id=answer["chat"]).owner == owner
+
+
+def test_conch_inbound_takes_field_options(owner, agent):
+    answer = run_inbound(
+        "--owner",
+        "owner",
+        "--channel",
+        "slack",
+        "--chat-type",
+        "group",
+        "--group-id",
+        "eng",
+        "--peer",
+        "bob",
+        "--message-id",
+        "9",
+        "--text",
+        "standup?",
+    )
+    assert answer["session_key"] == "agent:main:group:slack:eng"
+
+
+def test_conch_inbound_is_idempotent_too(owner, agent, gateway_token):
+    run_inbound("--json", json.dumps(body(message_id="x")))
+    assert run_inbound("--json", json.dumps(body(message_id="x")))["outcome"] == "duplicate"
+
+
+@pytest.mark.parametrize(
+    ("given", "field"),
+    [
+        (["--json", "{"], "body"),
+        (["--json", json.dumps(body(chat_type="fax"))], "chat_type"),
+        (["--json", json.dumps(body(text=""))], "text"),
+    ],
+)
+def test_conch_inbound_refuses_a_bad_message_naming_the_field(
+    owner, agent, gateway_token, given, field
+):
+    with pytest.raises(CommandError, match=f"^{field}:"):
+        call_command("conch_inbound", *given, stdout=io.StringIO())
+    assert not Conversation.objects.exists()
+
+
+def test_conch_inbound_exits_non_zero_on_bad_input(tmp_path, owner):
+    import subprocess
+    import sys
+
+    from tests.scaleout.processes import REPO, process_env
+
+    done = subprocess.run(
+        [sys.executable, "manage.py", "conch_inbound", "--json", '{"channel": "x"}'],
+        cwd=REPO,
+        env=process_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "chat_type" in done.stderr
