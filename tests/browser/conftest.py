@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,6 +134,27 @@ def _start(django_db_setup, django_db_blocker, *args: str) -> Iterator[ConchServ
         yield server
     finally:
         server.stop()
+        with django_db_blocker.unblock():
+            _wait_for_its_sessions_to_end()
+
+
+def _wait_for_its_sessions_to_end(timeout: float = 10.0) -> None:
+    """PostgreSQL ends a dead process's sessions a moment after it exits; the test
+    database can only be dropped once they are gone."""
+    connection = connections["default"]
+    if connection.vendor != "postgresql":
+        return
+    deadline = time.monotonic() + timeout
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if cursor.fetchone()[0] == 0:
+                return
+
+            time.sleep(0.05)  # polling PostgreSQL's own view: there is no event to wait on
 
 
 @pytest.fixture(scope="session")
@@ -218,6 +240,9 @@ def browser_context(chromium):
     context.set_default_timeout(10_000)
     yield context
     context.close()
+    # While Playwright's loop runs, the test's ORM calls get connections of their
+    # own (Django keeps them per context); close them here, where they were made.
+    connections.close_all()
 
 
 @pytest.fixture
