@@ -220,4 +220,11 @@ def test_a_second_tab_follows_the_first(
     first.page.get_by_role("button", name="Archive").click()
     expect(row(second.page, other)).to_have_count(0)
 
+    # A chat the second tab has never seen: its row arrives with no place to go,
+    # so the tab fetches its list again.
+    first.page.get_by_role("link", name="New chat").click()
+    first.page.get_by_label("Title").fill("Brand new")
+    first.page.get_by_role("button", name="Start chat").click()
+    expect(second.page.locator("#chat-rows .row-title").first).to_have_text("Brand new")
+
     assert still_the_same_page(second)
