@@ -14,14 +14,21 @@
    report as JSON for the parent to render (:func:`report_text`,
    :func:`report_json`).
 
-Chats named in the scenario get the id ``c_<name>``; chains, tasks and any
-chat made during the run get counted ids (``chain_1``, ``t_1``, ``c_1``), so
-the output is byte-identical across runs. Paths are printed relative to the
-run's root folder, and the temporary folder's name never appears.
+Chats named in the scenario get the id ``c_<name>``; chains, tasks, messages
+and any chat made during the run get counted ids (``chain_1``, ``t_1``,
+``m_1``, ``c_1``), so the output is byte-identical across runs. Paths are
+printed relative to the run's root folder, and the temporary folder's name
+never appears.
+
+What ADR 0134 adds (the person's presses on held message cards, and the
+message cards, waits and chains in the report) lives in ``together.play``.
+``chats`` never imports ``together`` (DESIGN), so :func:`_together` looks
+that module up by name when the app is installed.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import posixpath
@@ -34,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.utils import timezone
 
@@ -77,12 +85,25 @@ CHAT_KEYS = {
     "mode",
     "taint",
     "messages",
+    "presses",
 }
 MESSAGE_KEYS = {"at", "text"}
+PRESS_ACTIONS = ("pass", "dismiss")  # Pass it on, Dismiss
+PRESS_WORDS = {"pass": "Pass it on", "dismiss": "Dismiss"}
+MESSAGE_TOOL = "message_chat"
 
 ROOT_WORDS = "the run's root folder"
 ERR_NOT_AN_OBJECT = "The scenario must be a JSON object."
 ERR_NO_CHATS = "chats: there must be at least one chat."
+ERR_PRESS_SHAPE = (
+    'must be {{"at": tick, "pass": N}} or {{"at": tick, "dismiss": N}}: the person presses '
+    "Pass it on or Dismiss on the Nth message that came to this chat"
+)
+ERR_PRESS_NOT_HOLD = (
+    "presses are only for a chat whose inbound is hold: only a held message waits for "
+    "Pass it on or Dismiss"
+)
+ERR_NO_TOGETHER = "presses need the together app, which isn't installed."
 
 
 class ScenarioError(Exception):
@@ -104,6 +125,15 @@ class Message:
 
 
 @dataclass(frozen=True)
+class Press:
+    """The person's press on a held card: ``action`` on the ``number``-th message that came to the chat."""
+
+    at: int
+    action: str  # "pass" or "dismiss"
+    number: int  # 1-based, in the order messages came to this chat
+
+
+@dataclass(frozen=True)
 class ChatSpec:
     name: str
     title: str
@@ -115,6 +145,7 @@ class ChatSpec:
     mode: str = Mode.AUTO
     taint: str = Taint.NONE
     messages: tuple[Message, ...] = ()
+    presses: tuple[Press, ...] = ()
 
     @property
     def public_id(self) -> str:
@@ -248,6 +279,8 @@ def scenario_parse(data: Any) -> Scenario:
                     f"the seeded file {blocker!r}."
                 )
             chats.append(spec)
+        if not problems:  # a chat with problems would count no messages: no false alarms
+            _check_press_numbers(chats, problems)
     if problems:
         raise ScenarioError(problems)
     return Scenario(
@@ -348,6 +381,9 @@ def _parse_chat(i: int, raw: Any, problems: list[str]) -> ChatSpec | None:
             _check_script_paths(label, script, folder, problems)
 
     messages = _parse_messages(label, raw.get("messages", []), problems)
+    presses = _parse_presses(label, raw.get("presses", []), problems)
+    if presses and inbound != Inbound.HOLD:
+        problems.append(f"{label}: {ERR_PRESS_NOT_HOLD} (its inbound is {inbound or 'unset'}).")
     if len(problems) > before:
         return None
     return ChatSpec(
@@ -361,6 +397,7 @@ def _parse_chat(i: int, raw: Any, problems: list[str]) -> ChatSpec | None:
         mode=mode,
         taint=taint,
         messages=messages,
+        presses=presses,
     )
 
 
@@ -403,6 +440,70 @@ def _parse_messages(label: str, raw: Any, problems: list[str]) -> tuple[Message,
         elif MESSAGE_KEYS <= set(message):
             messages.append(Message(at=at, text=text))
     return tuple(messages)
+
+
+def _parse_presses(label: str, raw: Any, problems: list[str]) -> tuple[Press, ...]:
+    if not isinstance(raw, list):
+        problems.append(f"{label}: presses {ERR_PRESS_SHAPE}, in a list.")
+        return ()
+    presses: list[Press] = []
+    first_on: dict[int, int] = {}
+    for p, press in enumerate(raw):
+        where = f"{label}: presses[{p}]"
+        if not isinstance(press, dict):
+            problems.append(f"{where} {ERR_PRESS_SHAPE}.")
+            continue
+        actions = [key for key in PRESS_ACTIONS if key in press]
+        unknown = sorted(set(press) - {"at", *PRESS_ACTIONS})
+        if unknown or "at" not in press or len(actions) != 1:
+            wrong = f" (unknown field {', '.join(map(repr, unknown))})" if unknown else ""
+            problems.append(f"{where} {ERR_PRESS_SHAPE}{wrong}.")
+            continue
+        at, action = press["at"], actions[0]
+        number = press[action]
+        if not _is_count(at):
+            problems.append(f"{where}.at must be a whole number of ticks, 0 or more (got {at!r}).")
+            continue
+        if not _is_count(number) or number < 1:
+            problems.append(
+                f"{where}.{action} must be a message's number, 1 for the first that came to "
+                f"this chat (got {number!r})."
+            )
+            continue
+        if number in first_on:
+            problems.append(
+                f"{where}: message {number} is already pressed by presses[{first_on[number]}]; "
+                "a held message is pressed once."
+            )
+            continue
+        first_on[number] = p
+        presses.append(Press(at=at, action=action, number=number))
+    return tuple(presses)
+
+
+def _messages_scripted_to(chats: list[ChatSpec]) -> dict[str, int]:
+    """How many message_chat calls in the scripts name each chat: the most that can come to it."""
+    counts: dict[str, int] = {}
+    for spec in chats:
+        for reply in spec.script:
+            for action in reply:
+                if action.get("tool") == MESSAGE_TOOL:
+                    target = action.get("args", {}).get("chat")
+                    counts[target] = counts.get(target, 0) + 1
+    return counts
+
+
+def _check_press_numbers(chats: list[ChatSpec], problems: list[str]) -> None:
+    scripted = _messages_scripted_to(chats)
+    for spec in chats:
+        most = scripted.get(spec.public_id, 0)
+        for p, press in enumerate(spec.presses):
+            if press.number > most:
+                problems.append(
+                    f'chat "{spec.name}": presses[{p}].{press.action}: message {press.number} can '
+                    f"never come: the scripts send this chat {most} message{'s' if most != 1 else ''} "
+                    f"(message_chat with chat {spec.public_id})."
+                )
 
 
 # ---------------------------------------------------------------------------
@@ -522,20 +623,70 @@ def _play_one(turn_id: int) -> None:
     services.turn_release(turn_id=turn_id, worker=WORKER)
 
 
+def _together():
+    """``together``'s part of a play (presses on held cards; cards, waits and chains in the report).
+
+    Looked up by name, never imported at the top: ``chats`` must not import
+    ``together`` (DESIGN). Without the app a play still runs, with none of them.
+    """
+    if not django_apps.is_installed("together"):
+        return None
+    return importlib.import_module("together.play")
+
+
+@dataclass
+class _Clock:
+    """The tick each event was seen at: None while the run is set up, before tick 0."""
+
+    tick: int | None = None
+    seen: list[tuple[int | None, events.Event]] = field(default_factory=list)
+
+    def watch(self, event: events.Event) -> None:
+        self.seen.append((self.tick, event))
+
+
+def _press(
+    together, chat: Conversation, spec: ChatSpec, index: int, press: Press, applied: list
+) -> str:
+    """Apply one press; the error that stops the play, or "" if it went through."""
+    from chats.runtime.services import ConchError
+
+    where = f'chat "{spec.name}": presses[{index}] at tick {press.at}'
+    if together is None:
+        return f"{where}: {ERR_NO_TOGETHER}"
+    try:
+        message = together.held_press(chat=chat, number=press.number, action=press.action)
+    except ConchError as exc:
+        return f"{where}: {PRESS_WORDS[press.action]} (message {press.number}) failed: {exc}"
+    applied.append(
+        {
+            "at": press.at,
+            "action": press.action,
+            "message": press.number,
+            "id": message.message_id,
+            "state": message.state,
+        }
+    )
+    return ""
+
+
 def scenario_play(scenario: Scenario, *, root: Path) -> dict:
     """Seed, create the chats and play them tick by tick; return the report.
 
     Precondition: a fresh database (ids and event numbers start from one).
-    Each tick: deliver the person's messages due at it, make room for tasks,
-    then let every chat with a runnable reply play exactly one action, the
-    scenario's chats in file order and then any made during the run.
+    Each tick: deliver the person's messages due at it, then the person's
+    presses on held cards, make room for tasks, then let every chat with a
+    runnable reply play exactly one action, the scenario's chats in file
+    order and then any made during the run.
     """
     from chats.runtime import services
     from chats.signin import owner_ensure
 
     root = Path(os.path.realpath(root))
-    seen: list[events.Event] = []
-    unsubscribe = events.subscribe(seen.append)
+    clock = _Clock()
+    unsubscribe = events.subscribe(clock.watch)
+    together = _together()
+    presses: dict[str, list[dict]] = {spec.public_id: [] for spec in scenario.chats}
     error = ""
     try:
         with counted_ids():
@@ -563,16 +714,26 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                     )
                 )
             due: dict[int, list[tuple[Conversation, str]]] = {}
+            pressing: dict[int, list[tuple[Conversation, ChatSpec, int, Press]]] = {}
             for chat, spec in zip(chats, scenario.chats, strict=True):
                 for message in spec.messages:
                     due.setdefault(message.at, []).append((chat, message.text))
-            last_due = max(due, default=-1)
+                for index, press in enumerate(spec.presses):
+                    pressing.setdefault(press.at, []).append((chat, spec, index, press))
+            last_due = max([*due, *pressing], default=-1)
             named = [chat.pk for chat in chats]
 
             tick = 0
             while True:
+                clock.tick = tick
                 for chat, text in due.get(tick, []):
                     services.message_send(conversation=chat, text=text)
+                for chat, spec, index, press in pressing.get(tick, []):
+                    error = _press(together, chat, spec, index, press, presses[spec.public_id])
+                    if error:
+                        break
+                if error:
+                    break
                 services.tasks_make_room()
                 runnable = _runnable_turns()
                 if not runnable and tick >= last_due:
@@ -590,7 +751,15 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                 tick += 1
     finally:
         unsubscribe()
-    return _report(scenario, root=root, ticks=tick, seen=seen, error=error)
+    return _report(
+        scenario,
+        root=root,
+        ticks=tick,
+        seen=clock.seen,
+        error=error,
+        together=together,
+        presses=presses,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -646,16 +815,47 @@ EVENT_FIELDS = (
     "state",
     "taint",
     "recovered",
+    "message_id",
 )
 
 
+@dataclass
+class _Timeline:
+    """What the ticks say, read off the events: when each reply started, and each message's states."""
+
+    reply_ticks: dict[tuple[str | None, int], int | None] = field(default_factory=dict)
+    message_history: dict[str, list[dict]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, seen: list[tuple[int | None, events.Event]]) -> _Timeline:
+        timeline = cls()
+        for tick, event in sorted(seen, key=lambda pair: pair[1].seq):
+            data = event.data
+            if event.type == events.STATUS and "turn" in data and "ended" not in data:
+                timeline.reply_ticks.setdefault((event.conversation_id, data["turn"]), tick)
+            if event.type == events.CHAT_MESSAGE and data.get("message_id"):
+                history = timeline.message_history.setdefault(data["message_id"], [])
+                # Both sides hear of each change; a state is listed once, when it began.
+                if not history or history[-1]["state"] != data.get("state"):
+                    history.append({"tick": tick, "state": data.get("state")})
+        return timeline
+
+
 def _report(
-    scenario: Scenario, *, root: Path, ticks: int, seen: list[events.Event], error: str
+    scenario: Scenario,
+    *,
+    root: Path,
+    ticks: int,
+    seen: list[tuple[int | None, events.Event]],
+    error: str,
+    together=None,
+    presses: dict[str, list[dict]] | None = None,
 ) -> dict:
     paths = _Paths(root)
     names = {spec.public_id: spec.name for spec in scenario.chats}
+    timeline = _Timeline.of(seen)
     by_chat: dict[str | None, list[dict]] = {}
-    for event in sorted(seen, key=lambda e: e.seq):
+    for _, event in sorted(seen, key=lambda pair: pair[1].seq):
         data = {k: paths.value(event.data[k]) for k in EVENT_FIELDS if k in event.data}
         if "files" in data:
             data["files"] = [paths.path(p) for p in event.data["files"]]
@@ -665,16 +865,27 @@ def _report(
     chats = Conversation.objects.all()
     order = {spec.public_id: i for i, spec in enumerate(scenario.chats)}
     ordered = sorted(chats, key=lambda c: (order.get(c.public_id, len(order)), c.pk))
-    reports = [
-        _chat_report(chat, names.get(chat.public_id, chat.public_id), paths, by_chat)
-        for chat in ordered
-    ]
+    reports = []
+    for chat in ordered:
+        shown = _chat_report(
+            chat, names.get(chat.public_id, chat.public_id), paths, by_chat, timeline
+        )
+        shown["presses"] = (presses or {}).get(chat.public_id, [])
+        shown["messages"], shown["waits"] = [], []
+        if together is not None:
+            shown["messages"] = [
+                {**paths.value(row), "history": timeline.message_history.get(row["id"], [])}
+                for row in together.chat_messages(chat)
+            ]
+            shown["waits"] = paths.value(together.chat_waits(chat))
+        reports.append(shown)
     known = {chat.public_id for chat in ordered}
     other = [e for key, found in by_chat.items() if key not in known for e in found]
     report: dict[str, Any] = {
         "description": scenario.description,
         "ticks": ticks,
         "chats": reports,
+        "chains": paths.value(together.chains()) if together is not None else [],
         "other_events": sorted(other, key=lambda e: e["seq"]),
         "files_after": _files_after(Path(paths.root), paths),
     }
@@ -684,7 +895,11 @@ def _report(
 
 
 def _chat_report(
-    chat: Conversation, name: str, paths: _Paths, by_chat: dict[str | None, list[dict]]
+    chat: Conversation,
+    name: str,
+    paths: _Paths,
+    by_chat: dict[str | None, list[dict]],
+    timeline: _Timeline,
 ) -> dict:
     entries = list(chat.entries.select_related("turn").order_by("seq"))
     replies = []
@@ -693,6 +908,7 @@ def _chat_report(
         replies.append(
             {
                 "number": turn.number,
+                "tick": timeline.reply_ticks.get((chat.public_id, turn.number)),
                 "state": turn.state,
                 "started_by": turn.started_by,
                 "chain": turn.chain_id,
@@ -803,9 +1019,10 @@ def report_text(report: dict) -> str:
             out.append("  (empty)")
         out.append("Replies")
         for reply in chat["replies"]:
+            tick = "" if reply.get("tick") is None else f" at tick {reply['tick']}"
             out.append(
                 f"  reply {reply['number']} · {reply['state']} · started by "
-                f"{reply['started_by']} · chain {reply['chain']} · lane {reply['lane']}"
+                f"{reply['started_by']}{tick} · chain {reply['chain']} · lane {reply['lane']}"
             )
             if reply["end_reason"]:
                 out.append(f"    why: {_indent(reply['end_reason'], '         ')}")
@@ -835,9 +1052,27 @@ def report_text(report: dict) -> str:
                 out.append(prefix + _indent(entry["text"], " " * len(prefix)))
             if not chat[key]:
                 out.append("  (none)")
+        out.extend(_messages_text(chat.get("messages", [])))
+        out.extend(_waits_text(chat.get("waits", [])))
+        if chat.get("presses"):
+            out.append("Presses")
+            for press in chat["presses"]:
+                out.append(
+                    f"  tick {press['at']} · pressed {PRESS_WORDS[press['action']]} · message "
+                    f"{press['message']} ({press['id']}) · now {press['state']}"
+                )
         out.append("Events")
         for event in chat["events"]:
             out.append(_event_line(event))
+    if report.get("chains"):
+        out.append("")
+        out.append("=== Chains")
+        for chain in report["chains"]:
+            pairs = ", ".join(f"{p['from']}→{p['to']} {p['count']}" for p in chain["pairs"])
+            out.append(
+                f"{chain['id']} · messages {chain['messages']} · replies started "
+                f"{chain['replies_started']} · pairs: {pairs or '(none)'}"
+            )
     if report.get("other_events"):
         out.append("")
         out.append("=== Other events")
@@ -850,6 +1085,45 @@ def report_text(report: dict) -> str:
         for line in text.splitlines() or [""]:
             out.append(f"  | {line}")
     return "\n".join(line.rstrip() for line in out)
+
+
+def _messages_text(messages: list[dict]) -> list[str]:
+    out = ["Messages"]
+    for m in messages:
+        number = f"#{m['number']} " if m["number"] is not None else ""
+        whose = "its" if m["side"] == "to" else "this chat's"
+        where = f"read in {whose} reply {m['read_in_reply']}" if m["read_in_reply"] else ""
+        extras = [
+            m["state"],
+            *([where] if where else []),
+            *(["start_reply"] if m["start_reply"] else []),
+            *(["passed on"] if m["passed_on"] else []),
+            f"chain {m['chain']}",
+        ]
+        out.append(
+            f"  {number}{m['id']} · {m['side']} {m['chat']} “{m['title']}” · " + " · ".join(extras)
+        )
+        out.append(f"    words: {_indent(m['text'], '      | ')}")
+        if m["reason"]:
+            out.append(f"    why: {m['reason']}")
+        history = ", ".join(
+            f"{h['state']} (tick {'-' if h['tick'] is None else h['tick']})" for h in m["history"]
+        )
+        out.append(f"    history: {history or '(none)'}")
+    if not messages:
+        out.append("  (none)")
+    return out
+
+
+def _waits_text(waits: list[dict]) -> list[str]:
+    out = ["Waits"]
+    for w in waits:
+        ended = f" · {w['headline']}" if w["headline"] else ""
+        bare = " · heard only how it ended" if w["bare"] else ""
+        out.append(f"  {w['kind']} {w['target']} “{w['title']}” · {w['state']}{ended}{bare}")
+    if not waits:
+        out.append("  (none)")
+    return out
 
 
 def _event_line(event: dict) -> str:
