@@ -60,15 +60,12 @@ class AgentForm(forms.ModelForm):
             raise ValidationError(ERR_ONE_DEFAULT)
         return value
 
-    def validate_constraints(self) -> None:
+    def _get_validation_exclusions(self):
         # Making this agent the default retires the old one in save_model, so the
-        # one-default constraint is checked there, not against the old default.
-        exclude = self._get_validation_exclusions()
+        # one-default constraint is not checked against the old default here.
+        exclude = super()._get_validation_exclusions()
         exclude.add("is_default")
-        try:
-            self.instance.validate_constraints(exclude=exclude)
-        except ValidationError as exc:
-            self._update_errors(exc)
+        return exclude
 
 
 class BindingFormSet(BaseInlineFormSet):
