@@ -130,7 +130,13 @@ class Runner:
         connection.close()
 
     def tick(self) -> list[int]:
-        """Claim what there is room for and hand each turn to a thread."""
+        """Renew the leases of the replies this runner drives, then claim what there is room for."""
+        with self._lock:
+            active = list(self._active)
+        if active:
+            # A heartbeat: a step can run longer than a lease (a slow command), and a
+            # lease that ran out would let another runner take the reply for an orphan.
+            services.turn_renew_leases(turn_ids=active, worker=self.name)
         if not self.lone:
             services.turns_recover(orphaned_only=True)
         with self._lock:

@@ -359,6 +359,7 @@ def _turn_end_locked(conversation: Conversation, turn: Turn, state: str, reason:
         end_reason=reason,
         step_family="",
         step_started_at=None,
+        browser_open=False,  # a page read in this reply is open only until it ends
         claimed_by="",
         lease_until=None,
         pending_action=None if state != TurnState.NEEDS_YOU else turn.pending_action,
@@ -865,6 +866,12 @@ def turn_claim(*, worker: str, limit: int, lanes: Iterable[str] | None = None) -
 def turn_renew_lease(*, turn_id: int, worker: str) -> bool:
     lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
     return bool(Turn.objects.filter(pk=turn_id, claimed_by=worker).update(lease_until=lease))
+
+
+def turn_renew_leases(*, turn_ids: list[int], worker: str) -> int:
+    """Renew every lease this worker holds among ``turn_ids``: one query."""
+    lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
+    return Turn.objects.filter(pk__in=turn_ids, claimed_by=worker).update(lease_until=lease)
 
 
 def turn_release(*, turn_id: int, worker: str) -> None:

@@ -1,0 +1,168 @@
+"""ADR 0134 on the real PostgreSQL: chain limits under concurrency, and a wait that outlives its server."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from tests.scaleout.processes import MANAGE, REPO, manage_ok, wait_until
+
+pytestmark = pytest.mark.scaleout
+
+# 30 threads, each with its own connection, send one message each to its own chat,
+# all in the sending reply's one chain, released together by a barrier.
+CONCURRENT_SENDS = """
+import json, threading
+from django.contrib.auth import get_user_model
+from django.db import connection
+from chats.models import Agent
+from chats.runtime import services
+from chats.runtime.services import ConchError
+from together.messages import message_chat
+
+owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
+agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
+sender = services.conversation_create(owner=owner, agent=agent, title="Sender", folder="/tmp")
+receivers = [services.conversation_create(owner=owner, agent=agent, title=f"R{n}", folder="/tmp") for n in range(30)]
+turn = services.message_send(conversation=sender, text="tell everyone")
+barrier = threading.Barrier(30)
+results = [None] * 30
+
+def send(n):
+    try:
+        barrier.wait(timeout=30)
+        sent = message_chat(sender=sender, turn=turn, chat_id=receivers[n].public_id, text=f"hello {n}")
+        results[n] = ["sent", sent.message.state]
+    except ConchError as exc:
+        results[n] = ["refused", str(exc)]
+    finally:
+        connection.close()
+
+threads = [threading.Thread(target=send, args=(n,)) for n in range(30)]
+for t in threads: t.start()
+for t in threads: t.join(timeout=60)
+print(json.dumps({"results": results, "chain": turn.chain_id}))
+"""
+
+
+def test_thirty_concurrent_messages_in_one_chain_deliver_exactly_eight(scaleout):
+    env = scaleout.env
+    manage_ok("migrate", "--noinput", "-v0", env=env)
+    out = manage_ok("shell", "-c", CONCURRENT_SENDS, env=env, timeout=120).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    results = report["results"]
+    assert all(results), results
+    sent = [r for r in results if r[0] == "sent"]
+    refused = [r for r in results if r[0] == "refused"]
+    assert len(sent) == 8 and {state for _, state in sent} == {"waiting"}
+    assert len(refused) == 22
+    assert all("MESSAGE_LIMITS.messages_per_chain" in why for _, why in refused)
+    with scaleout.connect() as conn:
+        (messages,) = conn.execute(
+            "SELECT messages FROM together_chain WHERE id = %s", [report["chain"]]
+        ).fetchone()
+        (rows,) = conn.execute("SELECT count(*) FROM together_chatmessage").fetchone()
+    assert messages == 8 and rows == 8
+
+
+SEED_WAIT = """
+import os, pathlib
+from django.contrib.auth import get_user_model
+from chats.models import Agent
+from chats.runtime import services
+
+folder = pathlib.Path(os.environ["SEED_FOLDER"])
+owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
+agent = Agent.objects.create(slug="main", name="Conch", workspace=str(folder), is_default=True)
+target = services.conversation_create(owner=owner, agent=agent, title="Slow target", folder=str(folder),
+    public_id="c_target",
+    script=[[
+        {"tool": "run_command", "args": {"command":
+            "for i in $(seq 600); do [ -f go ] && break; sleep 0.05; done; echo checked"}},
+        {"tool": "list_files", "args": {}},
+        {"say": "Target finished."},
+    ]])
+waiter = services.conversation_create(owner=owner, agent=agent, title="Waiter", folder=str(folder),
+    public_id="c_waiter",
+    script=[[{"tool": "wait_for", "args": {"kind": "chat", "id": "c_target"}}], [{"say": "Woken."}]])
+services.message_send(conversation=target, text="work")
+services.message_send(conversation=waiter, text="wait for it")
+"""
+LINK = re.compile(r"http://127\.0\.0\.1:(\d+)/signin/")
+
+
+def _serve(env, log_path) -> subprocess.Popen:
+    with open(log_path, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, str(MANAGE), "serve", "--port", "0"],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+
+def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleout, tmp_path):
+    env = {**scaleout.env, "CONCH_TURN_LEASE_SECONDS": "2"}
+    manage_ok("migrate", "--noinput", "-v0", env=env)
+    folder = tmp_path / "work"
+    folder.mkdir()
+    manage_ok("shell", "-c", SEED_WAIT, env={**env, "SEED_FOLDER": str(folder)})
+
+    def query(sql):
+        with scaleout.connect() as conn:
+            return conn.execute(sql).fetchall()
+
+    first = _serve(env, tmp_path / "serve-1.log")
+    second = None
+    try:
+        wait_until(
+            lambda: (
+                query("SELECT state FROM together_wait") == [("waiting",)]
+                and query(
+                    "SELECT step_family FROM chats_turn t JOIN chats_conversation c ON c.id = t.conversation_id"
+                    " WHERE c.public_id = 'c_target'"
+                )
+                == [("running a command",)]
+            ),
+            timeout=60,
+            what="the waiter to let go and the target to be mid-command",
+        )
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=20)
+        assert query("SELECT state FROM together_wait") == [("waiting",)]  # stored, not in memory
+
+        (folder / "go").touch()  # the target's command, if it ran again, would finish at once
+        second = _serve(env, tmp_path / "serve-2.log")
+        woken = wait_until(
+            lambda: (
+                query(
+                    "SELECT t.state FROM chats_turn t JOIN chats_conversation c ON c.id = t.conversation_id"
+                    " WHERE c.public_id = 'c_waiter' AND t.started_by = 'wait'"
+                )
+                == [("completed",)]
+            ),
+            timeout=90,
+            what="the waiting chat to wake and finish its reply",
+        )
+        assert woken
+    finally:
+        (folder / "go").touch()
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                process.wait(timeout=20)
+    assert query("SELECT state FROM together_wait") == [("woken",)]
+    words = query(
+        "SELECT e.text FROM chats_entry e JOIN chats_conversation c ON c.id = e.conversation_id"
+        " WHERE c.public_id = 'c_waiter' AND e.role = 'assistant'"
+    )
+    assert words == [("Woken.",)]
+    (headline,) = query("SELECT outcome FROM together_wait")[0]
+    assert headline["headline"].startswith("“Slow target” ")
