@@ -119,15 +119,20 @@ def summarizer_for(agent: Agent | None) -> Summarizer:
 
 
 def summarize(
-    lines: Iterable[SummaryLine], *, agent: Agent | None = None, limit: int = SUMMARY_LIMIT
+    read: Callable[[], Iterable[SummaryLine]],
+    *,
+    agent: Agent | None = None,
+    limit: int = SUMMARY_LIMIT,
 ) -> tuple[str, str]:
-    """The recap's text and the summarizer's name. A model that fails falls back, never loses."""
+    """The recap's text and the summarizer's name.
+
+    ``read`` gives the lines afresh each time it is called, so a model that fails
+    mid-way falls back to the extractive summary without anything held in memory.
+    """
     summarizer = summarizer_for(agent)
-    if summarizer is _extractive:
-        return _extractive.summarize(lines, limit=limit), _extractive.name
-    buffered = list(lines)  # a model may fail mid-way: the fallback needs the lines again
-    try:
-        return summarizer.summarize(buffered, limit=limit), summarizer.name
-    except Exception:
-        log.exception("the %s summarizer failed; using the extractive one", summarizer.name)
-        return _extractive.summarize(buffered, limit=limit), _extractive.name
+    if summarizer is not _extractive:
+        try:
+            return summarizer.summarize(read(), limit=limit), summarizer.name
+        except Exception:
+            log.exception("the %s summarizer failed; using the extractive one", summarizer.name)
+    return _extractive.summarize(read(), limit=limit), _extractive.name

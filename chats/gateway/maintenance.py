@@ -28,7 +28,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from chats import events
-from chats.gateway.models import MaintenanceMode
+from chats.gateway.models import InboundRecord, MaintenanceMode, OutboxMessage, OutboxState
 from chats.gateway.selectors import gateway_config
 from chats.models import (
     TASK_GOING_STATES,
@@ -63,6 +63,7 @@ class MaintenanceReport:
     compacted: int = 0
     entries_removed: int = 0
     compaction_deferred: int = 0
+    records_pruned: int = 0
     actions: list[str] = field(default_factory=list)
 
     def note(self, text: str) -> None:
@@ -78,6 +79,7 @@ class MaintenanceReport:
             f"and {self.kept_pinned} pinned",
             f"compacted ({verb}): {self.compacted} sessions, {self.entries_removed} entries "
             f"folded into recaps; {self.compaction_deferred} mid-reply left for next time",
+            f"receipts and sent replies pruned ({verb}): {self.records_pruned}",
             *[f"  {action}" for action in self.actions],
         ]
 
@@ -103,6 +105,7 @@ def maintenance_run(
     )
     sessions_prune(report=report, batch=batch, progress=progress)
     sessions_compact(report=report, batch=batch, progress=progress)
+    records_prune(report=report, batch=batch)
     if (
         dry
         and config.maintenance_mode == MaintenanceMode.WARN
@@ -247,14 +250,16 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
         report.entries_removed += remove
         return True
 
-    lines = (
-        SummaryLine(role, kind, text)
-        for role, kind, text in entries.filter(seq__lte=cut)
-        .order_by("seq")
-        .values_list("role", "kind", "text")
-        .iterator(chunk_size=500)
-    )
-    summary, summarizer = summarize(lines, agent=chat.agent)
+    def read():
+        return (
+            SummaryLine(role, kind, text)
+            for role, kind, text in entries.filter(seq__lte=cut)
+            .order_by("seq")
+            .values_list("role", "kind", "text")
+            .iterator(chunk_size=500)
+        )
+
+    summary, summarizer = summarize(read, agent=chat.agent)
 
     with transaction.atomic():
         chat = runtime._lock_chat(conversation_id)
@@ -279,3 +284,23 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
     report.compacted += 1
     report.entries_removed += remove
     return True
+
+
+# ---------------------------------------------------------------------------
+# Receipts and delivered replies
+
+
+def records_prune(*, report: MaintenanceReport, batch: int = BATCH) -> None:
+    """Inbound receipts (idempotency keys) and finished outbox rows past pruneAfter."""
+    old = [
+        InboundRecord.objects.filter(received_at__lt=report.prune_before),
+        OutboxMessage.objects.filter(
+            created_at__lt=report.prune_before, state__in=[OutboxState.SENT, OutboxState.FAILED]
+        ),
+    ]
+    for rows in old:
+        if report.dry_run:
+            report.records_pruned += rows.count()
+            continue
+        while ids := list(rows.values_list("pk", flat=True)[:batch]):
+            report.records_pruned += rows.model.objects.filter(pk__in=ids).delete()[0]

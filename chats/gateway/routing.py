@@ -20,11 +20,13 @@ parent itself (``peer`` = the parent).
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import gc
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from chats.gateway.inbound import CHANNEL_PATTERN, Inbound
 from chats.gateway.keys import is_shared_dm, main_key_for, session_key_for
@@ -78,10 +80,15 @@ class Route:
     shared_dm: bool  # every DM in one session: the leak the playground draws red
 
 
-@dataclass(frozen=True, slots=True)
-class CompiledBinding:
+_NO_ROLES: frozenset[str] = frozenset()
+
+
+class CompiledBinding(NamedTuple):
+    """A binding as the index keeps it: a tuple, so a hundred thousand build in well under a second."""
+
     id: int | None
     agent_id: int
+    agent_slug: str
     tier: Tier
     channel: str
     account: str | None  # None: any account ("" or "*")
@@ -90,7 +97,26 @@ class CompiledBinding:
     guild: str
     roles: frozenset[str]
     team: str
-    label: str
+
+    @property
+    def label(self) -> str:
+        """Its words, e.g. ``peer: slack peer mom → work``."""
+        parts = [self.channel]
+        if self.account is not None:
+            parts.append(f"account {self.account}")
+        elif self.tier == Tier.CHANNEL:
+            parts.append('account "*"')
+        for name, value in (
+            ("peer", self.peer),
+            ("parent", self.parent_peer),
+            ("guild", self.guild),
+            ("team", self.team),
+        ):
+            if value:
+                parts.append(f"{name} {value}")
+        if self.roles:
+            parts.append("roles " + ",".join(sorted(self.roles)))
+        return f"{self.tier}: {' '.join(parts)} → {self.agent_slug}"
 
     def fits(self, inbound: Inbound, *, inherited: bool = False) -> bool:
         """Every field this binding sets matches (``inherited``: its peer is the thread's parent)."""
@@ -132,22 +158,6 @@ class CompiledBinding:
         return [(Tier.CHANNEL, "", {})]
 
 
-def _tier_of(peer: str, parent_peer: str, guild: str, roles: Any, team: str, account: str) -> Tier:
-    if peer:
-        return Tier.PEER
-    if parent_peer:
-        return Tier.PARENT_PEER
-    if guild and roles:
-        return Tier.GUILD_ROLES
-    if guild:
-        return Tier.GUILD
-    if team:
-        return Tier.TEAM
-    if account and account != "*":
-        return Tier.ACCOUNT
-    return Tier.CHANNEL
-
-
 def compile_binding(
     *,
     id: int | None,
@@ -163,32 +173,35 @@ def compile_binding(
 ) -> CompiledBinding:
     channel = (channel or "").strip().lower()
     account = (account_id or "").strip()
-    peer, parent_peer = (peer or "").strip(), (parent_peer or "").strip()
-    guild, team = (guild_id or "").strip(), (team_id or "").strip()
-    role_set = frozenset(str(r).strip() for r in (roles or ()) if str(r).strip())
-    tier = _tier_of(peer, parent_peer, guild, role_set, team, account)
-    parts = [f"{channel}"]
-    if account and account != "*":
-        parts.append(f"account {account}")
-    elif tier == Tier.CHANNEL:
-        parts.append('account "*"')
-    for name, value in (("peer", peer), ("parent", parent_peer), ("guild", guild), ("team", team)):
-        if value:
-            parts.append(f"{name} {value}")
-    if role_set:
-        parts.append("roles " + ",".join(sorted(role_set)))
+    peer = (peer or "").strip()
+    parent_peer = (parent_peer or "").strip()
+    guild = (guild_id or "").strip()
+    team = (team_id or "").strip()
+    role_set = frozenset(r for r in (str(r).strip() for r in roles) if r) if roles else _NO_ROLES
+    if peer:
+        tier = Tier.PEER
+    elif parent_peer:
+        tier = Tier.PARENT_PEER
+    elif guild:
+        tier = Tier.GUILD_ROLES if role_set else Tier.GUILD
+    elif team:
+        tier = Tier.TEAM
+    elif account and account != "*":
+        tier = Tier.ACCOUNT
+    else:
+        tier = Tier.CHANNEL
     return CompiledBinding(
-        id=id,
-        agent_id=agent_id,
-        tier=tier,
-        channel=channel,
-        account=None if account in ("", "*") else account,
-        peer=peer,
-        parent_peer=parent_peer,
-        guild=guild,
-        roles=role_set,
-        team=team,
-        label=f"{tier}: {' '.join(parts)} → {agent_slug}",
+        id,
+        agent_id,
+        agent_slug,
+        tier,
+        channel,
+        None if account in ("", "*") else account,
+        peer,
+        parent_peer,
+        guild,
+        role_set,
+        team,
     )
 
 
@@ -223,6 +236,19 @@ def binding_conflicts(
 
 # ---------------------------------------------------------------------------
 # The index
+
+
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """Building makes a hundred thousand small tuples and nothing cyclic: the cyclic
+    collector would only rescan them over and over, so it waits until the end."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 _NO_BINDINGS: tuple[CompiledBinding, ...] = ()
@@ -280,6 +306,7 @@ class RouteIndex:
             else:
                 self.channel.setdefault(binding.channel, []).append(binding)
         self._default_rule = Rule(Tier.DEFAULT, None, f"default: → {self.default.slug}")
+        self._rules: dict[tuple[int, Tier], Rule] = {}  # made the first time each rule wins
 
     @classmethod
     def build(
@@ -302,29 +329,30 @@ class RouteIndex:
             raise ValueError("Exactly one agent must be the default.")
         refs = [AgentRef(a.id, a.slug, a.name, a.workspace) for a in agent_list]
         slugs = {ref.id: ref.slug for ref in refs}
-        compiled = [
-            compile_binding(
-                id=getattr(b, "id", None),
-                agent_id=b.agent_id,
-                agent_slug=slugs.get(b.agent_id, "?"),
-                channel=b.channel,
-                account_id=b.account_id,
-                peer=b.peer,
-                parent_peer=b.parent_peer,
-                guild_id=b.guild_id,
-                roles=b.roles,
-                team_id=b.team_id,
+        with _no_gc_pauses():
+            compiled = [
+                compile_binding(
+                    id=getattr(b, "id", None),
+                    agent_id=b.agent_id,
+                    agent_slug=slugs.get(b.agent_id, "?"),
+                    channel=b.channel,
+                    account_id=b.account_id,
+                    peer=b.peer,
+                    parent_peer=b.parent_peer,
+                    guild_id=b.guild_id,
+                    roles=b.roles,
+                    team_id=b.team_id,
+                )
+                for b in bindings
+            ]
+            return cls(
+                bindings=compiled,
+                agents=refs,
+                default_agent_id=defaults[0].id,
+                dm_scope=dm_scope,
+                identity_links=identity_links,
+                version=version,
             )
-            for b in bindings
-        ]
-        return cls(
-            bindings=compiled,
-            agents=refs,
-            default_agent_id=defaults[0].id,
-            dm_scope=dm_scope,
-            identity_links=identity_links,
-            version=version,
-        )
 
     @classmethod
     def load(cls) -> RouteIndex:
@@ -340,43 +368,46 @@ class RouteIndex:
             AgentRef(*row) for row in Agent.objects.values_list("id", "slug", "name", "workspace")
         ]
         slugs = {agent.id: agent.slug for agent in agents}
-        compiled = [
-            compile_binding(
-                id=row[0],
-                agent_id=row[1],
-                agent_slug=slugs.get(row[1], "?"),
-                channel=row[2],
-                account_id=row[3],
-                peer=row[4],
-                parent_peer=row[5],
-                guild_id=row[6],
-                roles=row[7],
-                team_id=row[8],
-            )
-            for row in Binding.objects.order_by("pk").values_list(
-                "id",
-                "agent_id",
-                "channel",
-                "account_id",
-                "peer",
-                "parent_peer",
-                "guild_id",
-                "roles",
-                "team_id",
-            )
-        ]
+        rows = Binding.objects.order_by("pk").values_list(
+            "id",
+            "agent_id",
+            "channel",
+            "account_id",
+            "peer",
+            "parent_peer",
+            "guild_id",
+            "roles",
+            "team_id",
+        )
+        with _no_gc_pauses():
+            compiled = [
+                compile_binding(
+                    id=row[0],
+                    agent_id=row[1],
+                    agent_slug=slugs.get(row[1], "?"),
+                    channel=row[2],
+                    account_id=row[3],
+                    peer=row[4],
+                    parent_peer=row[5],
+                    guild_id=row[6],
+                    roles=row[7],
+                    team_id=row[8],
+                )
+                for row in rows.iterator(chunk_size=5_000)
+            ]
         links = {
             (channel.lower(), peer): name
             for channel, peer, name in IdentityLink.objects.values_list("channel", "peer", "name")
         }
-        return cls(
-            bindings=compiled,
-            agents=agents,
-            default_agent_id=default.id,
-            dm_scope=config.dm_scope,
-            identity_links=links,
-            version=config.routing_version,
-        )
+        with _no_gc_pauses():
+            return cls(
+                bindings=compiled,
+                agents=agents,
+                default_agent_id=default.id,
+                dm_scope=config.dm_scope,
+                identity_links=links,
+                version=config.routing_version,
+            )
 
     def winner(self, inbound: Inbound) -> tuple[CompiledBinding | None, Tier]:
         """The first tier down the ladder with a binding that fits."""
@@ -418,10 +449,12 @@ class RouteIndex:
             agent, rule = self.default, self._default_rule
         else:
             agent = self.agents[binding.agent_id]
-            label = binding.label
-            if tier != binding.tier:  # a peer binding reached through a thread's parent
-                label = f"{tier} (inherited from {label})"
-            rule = Rule(tier, binding.id, label)
+            rule = self._rules.get((id(binding), tier))
+            if rule is None:
+                label = binding.label
+                if tier != binding.tier:  # a peer binding reached through a thread's parent
+                    label = f"{tier} (inherited from {label})"
+                rule = self._rules.setdefault((id(binding), tier), Rule(tier, binding.id, label))
         scope = dm_scope or self.dm_scope
         main_key = main_key_for(inbound, dm_scope=scope, identity_links=self.identity_links)
         return Route(

@@ -387,9 +387,13 @@ def _take_in(
         )
 
     if someone_elses and not chat.taint_at_least(Taint.PERSON):
-        runtime.taint_raise(
+        raised = runtime.taint_raise(
             conversation=chat, taint=Taint.PERSON, why=f"a message from {inbound.peer}"
         )
+        if raised and chat.mode == Mode.AUTO:
+            # Someone else's words just joined a chat of yours (dmScope shared): from now
+            # on a write waits for your OK, as in any chat with someone else's words.
+            chat = runtime.conversation_set_mode(conversation=chat, mode=Mode.ASK)
 
     text = command[1] if command is not None else inbound.text
     if not text:

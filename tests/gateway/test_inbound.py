@@ -223,7 +223,9 @@ def test_a_shared_dm_that_a_stranger_joins_becomes_someone_elses_words(
     theirs = post(client, body(peer="bob", message_id="2"), token=gateway_token).json()
     assert theirs["chat"] == mine["chat"]
     assert theirs["shared_dm"] is True  # the leak, flagged
-    assert Conversation.objects.get(public_id=mine["chat"]).taint == Taint.PERSON
+    shared = Conversation.objects.get(public_id=mine["chat"])
+    assert shared.taint == Taint.PERSON
+    assert shared.mode == Mode.ASK  # a stranger's words now in it: writes wait for your OK
 
 
 def test_a_cron_run_is_a_routine_on_the_cron_lane(client, agent, gateway_token):

@@ -251,3 +251,19 @@ def test_conch_maintain_prints_what_it_would_do_and_then_does_it(owner, agent):
     call_command("conch_maintain", stdout=out, stderr=io.StringIO())
     assert "pruned (did): 1 sessions" in out.getvalue()
     assert not exists(dead)
+
+
+def test_old_receipts_and_delivered_replies_are_pruned_and_waiting_ones_kept(owner, agent):
+    from chats.gateway.models import InboundRecord, OutboxMessage, OutboxState
+
+    old = NOW - dt.timedelta(days=31)
+    fields = dict(channel="t", account_id="a", session_key="k", agent_slug="main", rule="r")
+    InboundRecord.objects.create(message_id="old", received_at=old, outcome="started", **fields)
+    InboundRecord.objects.create(message_id="new", received_at=NOW, outcome="started", **fields)
+    out = dict(channel="telegram", account_id="a", target={"chat_id": 1}, text="x", created_at=old)
+    OutboxMessage.objects.create(state=OutboxState.SENT, **out)
+    waiting = OutboxMessage.objects.create(state=OutboxState.PENDING, **out)
+    report = maintenance_run(now=NOW)
+    assert report.records_pruned == 2
+    assert list(InboundRecord.objects.values_list("message_id", flat=True)) == ["new"]
+    assert list(OutboxMessage.objects.values_list("pk", flat=True)) == [waiting.pk]
