@@ -16,18 +16,29 @@ def gateway_config() -> GatewayConfig:
     return config
 
 
-def session_active(*, agent_id: int, session_key: str) -> Conversation | None:
-    """The live generation of a session. Always looked up with its agent."""
+def session_active(*, agent_id: int, session_key: str, owner=None) -> Conversation | None:
+    """The live generation of a session. Always looked up with its agent (and its owner,
+    when given), so a message can only ever land in that persona's, that person's chat."""
+    chats = Conversation.objects.filter(agent_id=agent_id, session_key=session_key, archived=False)
+    if owner is not None:
+        chats = chats.filter(owner=owner)
+    return chats.select_related("agent").first()
+
+
+def session_key_taken(*, session_key: str, owner) -> bool:
+    """Whether another person's live chat holds this key (keys are unique among live chats)."""
     return (
-        Conversation.objects.filter(agent_id=agent_id, session_key=session_key, archived=False)
-        .select_related("agent")
-        .first()
+        Conversation.objects.filter(session_key=session_key, archived=False)
+        .exclude(owner=owner)
+        .exists()
     )
 
 
-def session_latest_archived(*, agent_id: int, session_key: str) -> Conversation | None:
+def session_latest_archived(*, agent_id: int, session_key: str, owner) -> Conversation | None:
     return (
-        Conversation.objects.filter(agent_id=agent_id, session_key=session_key, archived=True)
+        Conversation.objects.filter(
+            agent_id=agent_id, session_key=session_key, archived=True, owner=owner
+        )
         .order_by("-session_started_at", "-pk")
         .first()
     )
@@ -47,7 +58,10 @@ def session_generations(*, conversation: Conversation) -> list[Conversation]:
 def is_owner_peer(*, owner, channel: str, account_id: str, peer: str) -> bool:
     """Whether ``peer`` on ``channel`` is the owner themself (configured in OwnerIdentity)."""
     return OwnerIdentity.objects.filter(
-        Q(account_id="") | Q(account_id=account_id), owner=owner, channel=channel, peer=peer
+        Q(account_id="") | Q(account_id=account_id),
+        owner=owner,
+        channel__iexact=channel,
+        peer=peer,
     ).exists()
 
 

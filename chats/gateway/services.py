@@ -33,7 +33,12 @@ from chats.gateway.models import (
 )
 from chats.gateway.outbox import outbox_enqueue, outbox_enqueue_reply
 from chats.gateway.routing import Route, route_index
-from chats.gateway.selectors import is_owner_peer, session_active, session_latest_archived
+from chats.gateway.selectors import (
+    is_owner_peer,
+    session_active,
+    session_key_taken,
+    session_latest_archived,
+)
 from chats.models import (
     Agent,
     Conversation,
@@ -47,6 +52,7 @@ from chats.models import (
     TurnState,
 )
 from chats.runtime import services as runtime
+from chats.runtime.services import ConchError
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +60,14 @@ TOKEN_PREFIX = "conch_gw_"
 ACK_FRESH = "Started fresh. The earlier conversation is kept."
 ACK_FRESH_LATER = "I'll start fresh once the current reply ends."
 ERR_NO_PREVIOUS_REASON = "the earlier chat was archived"
+ERR_KEY_TAKEN = (
+    "The session {key} is another person's chat on this Conch. Bind this account to an agent "
+    "of its own, or key DMs per account (dmScope per-account-channel-peer)."
+)
+
+
+class SessionTaken(ConchError):
+    """The message's session is another person's live chat: refused, never joined."""
 
 
 def _digest(secret: str) -> str:
@@ -325,7 +339,9 @@ def _take_in(
         inbound.chat_type == ChatType.DM and not owners_dm
     )
     fields = _origin_fields(inbound, route, reply_to)
-    chat = session_active(agent_id=route.agent.id, session_key=route.session_key)
+    chat = session_active(agent_id=route.agent.id, session_key=route.session_key, owner=owner)
+    if chat is None and session_key_taken(session_key=route.session_key, owner=owner):
+        raise SessionTaken(ERR_KEY_TAKEN.format(key=route.session_key))
     previous, why = None, ""
     pending = False
 
@@ -349,7 +365,7 @@ def _take_in(
     if chat is None:
         if previous is None:
             previous = session_latest_archived(
-                agent_id=route.agent.id, session_key=route.session_key
+                agent_id=route.agent.id, session_key=route.session_key, owner=owner
             )
             if previous is not None:
                 why = (
@@ -375,7 +391,9 @@ def _take_in(
         try:
             chat = session_start(**kwargs)
         except IntegrityError:  # the same key's first message, twice at once: join it
-            chat = session_active(agent_id=route.agent.id, session_key=route.session_key)
+            chat = session_active(
+                agent_id=route.agent.id, session_key=route.session_key, owner=owner
+            )
             if chat is None:
                 raise
     else:

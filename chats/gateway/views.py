@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from chats.gateway.inbound import InboundError, inbound_parse
 from chats.gateway.models import ChannelAccount
 from chats.gateway.services import (
+    SessionTaken,
     channel_account_check,
     gateway_token_owner,
     inbound_receive,
@@ -71,6 +72,8 @@ def inbound(request: HttpRequest) -> JsonResponse:
         return _result(inbound_receive(owner=owner, inbound=message))
     except InboundError as exc:
         return _refused(exc.message, 400, field=exc.field)
+    except SessionTaken as exc:
+        return _refused(str(exc), 409, field="account_id")
     except ConchError as exc:
         return _refused(str(exc), 400, field="text")
 
@@ -95,5 +98,7 @@ def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
         return _result(inbound_receive(owner=found.owner, inbound=message, reply_to=reply_to))
     except InboundError as exc:
         return _refused(exc.message, 400, field=exc.field)
+    except SessionTaken as exc:
+        return _refused(str(exc), 409, field="account_id")
     except ConchError as exc:
         return _refused(str(exc), 400, field="text")

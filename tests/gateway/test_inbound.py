@@ -323,3 +323,57 @@ def test_conch_inbound_exits_non_zero_on_bad_input(tmp_path, owner):
     )
     assert done.returncode != 0
     assert "chat_type" in done.stderr
+
+
+def test_the_owners_identity_matches_whatever_the_channels_case(
+    client, owner, agent, gateway_token
+):
+    OwnerIdentity.objects.create(owner=owner, channel="Telegram", peer="me")
+    answer = post(client, body(peer="me"), token=gateway_token).json()
+    assert Conversation.objects.get(public_id=answer["chat"]).taint == Taint.NONE
+
+
+def test_conch_gateway_token_prints_a_working_token_once_and_rotates(client, owner, agent):
+    first, second = io.StringIO(), io.StringIO()
+    call_command("conch_gateway_token", "--owner", "owner", stdout=first, stderr=io.StringIO())
+    call_command("conch_gateway_token", "--owner", "owner", stdout=second, stderr=io.StringIO())
+    old, new = first.getvalue().strip(), second.getvalue().strip()
+    assert post(client, body(message_id="1"), token=old).status_code == 401
+    assert post(client, body(message_id="2"), token=new).status_code == 202
+    assert GatewayToken.objects.filter(revoked_at__isnull=True).count() == 1
+
+
+def test_conch_gateway_token_makes_a_telegram_webhook_secret(client, owner, agent, monkeypatch):
+    from chats.gateway.models import ChannelAccount
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("777:bot-token\n"))
+    out = io.StringIO()
+    call_command(
+        "conch_gateway_token",
+        "--owner",
+        "owner",
+        "--telegram",
+        "mybot",
+        "--bot-token-stdin",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    secret = out.getvalue().strip()
+    account = ChannelAccount.objects.get(account_id="mybot")
+    assert (account.owner, account.secret) == (owner, "777:bot-token")
+    assert secret not in account.webhook_secret_digest
+    update = {
+        "message": {
+            "message_id": 1,
+            "from": {"id": 5},
+            "chat": {"id": 5, "type": "private"},
+            "text": "hi",
+        }
+    }
+    response = client.post(
+        "/gateway/telegram/mybot",
+        update,
+        content_type="application/json",
+        HTTP_X_TELEGRAM_BOT_API_SECRET_TOKEN=secret,
+    )
+    assert response.status_code == 202

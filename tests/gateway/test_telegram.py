@@ -386,3 +386,23 @@ def test_the_runner_delivers_the_outbox_on_a_sweep():
 
     names = {sweep.name for sweep in _sweeps}
     assert {"gateway.outbox", "gateway.resets", "gateway.maintenance"} <= names
+
+
+def test_a_message_never_lands_in_another_persons_chat(client, owner, second_owner, bot):
+    from chats.gateway.services import channel_account_secret_rotate
+
+    deliver(client, bot, update("mine", chat_id=42, sender=42, message_id=1))
+    theirs = ChannelAccount.objects.create(
+        owner=second_owner, channel="telegram", account_id="theirbot", secret="9:x"
+    )
+    secret = channel_account_secret_rotate(account=theirs)
+    response = client.post(
+        "/gateway/telegram/theirbot",
+        update("hello?", chat_id=42, sender=42, message_id=2),
+        content_type="application/json",
+        **{f"HTTP_{SECRET_HEADER.upper().replace('-', '_')}": secret},
+    )
+    assert response.status_code == 409  # same key under per-channel-peer: refused, not joined
+    chat = Conversation.objects.get()
+    assert chat.owner == owner
+    assert list(chat.entries.values_list("text", flat=True)) == ["mine"]
