@@ -157,9 +157,13 @@ def _wait_for_its_sessions_to_end(timeout: float = 10.0) -> None:
             time.sleep(0.05)  # polling PostgreSQL's own view: there is no event to wait on
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def conch_server(django_db_setup, django_db_blocker) -> Iterator[ConchServer]:
-    """The server most tests use: settings' websocket_timeout, with the runner."""
+    """The server most tests use: settings' websocket_timeout, with the runner.
+
+    Package-scoped: it stops after the last browser test, before its runner
+    could claim the replies of the tests that run after these on the same database.
+    """
     yield from _start(django_db_setup, django_db_blocker)
 
 
