@@ -25,3 +25,8 @@ class TogetherConfig(AppConfig):
         hooks.add_before_delete_hook(messages.on_delete)
         events.subscribe(waits.on_event)
         register_sweep("waits", waits.LOOK_EVERY, waits.sweep)
+        from django.db.models.signals import post_migrate
+
+        from together.fulltext import on_post_migrate
+
+        post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="together.fulltext")
