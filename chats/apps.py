@@ -9,6 +9,9 @@ class ChatsConfig(AppConfig):
         from chats.tools import tasks, workspace  # noqa: F401  workspace registers its tools on import
 
         tasks.register_tools()
+        from chats.tools import web
+
+        web.register_tools()  # fetch_page: reading a web page marks the chat untrusted
         from chats.gateway.wiring import connect_gateway
 
         connect_gateway()  # the gateway: its hooks, senders and sweeps

@@ -242,3 +242,8 @@ CONCH_COMMAND_TIMEOUT = envfloat("CONCH_COMMAND_TIMEOUT", 120.0, minimum=0.1)
 CONCH_COMMAND_OUTPUT_LIMIT = envint("CONCH_COMMAND_OUTPUT_LIMIT", 16_000, minimum=256)
 CONCH_TURN_LEASE_SECONDS = envint("CONCH_TURN_LEASE_SECONDS", 60, minimum=2)
 CONCH_WEBSOCKET_TIMEOUT = envint("CONCH_WEBSOCKET_TIMEOUT", 24 * 3600, minimum=60)
+# fetch_page: reading a web page as text. Private, loopback and link-local addresses
+# are refused unless this is set (the tests and conch_play's own loopback pages set it).
+CONCH_FETCH_ALLOW_PRIVATE = envbool("CONCH_FETCH_ALLOW_PRIVATE", False)
+CONCH_FETCH_TIMEOUT = envfloat("CONCH_FETCH_TIMEOUT", 15.0, minimum=0.1)
+CONCH_FETCH_MAX_BYTES = envint("CONCH_FETCH_MAX_BYTES", 2_000_000, minimum=1_024)
