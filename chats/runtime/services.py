@@ -45,6 +45,7 @@ from chats.models import (
     new_chain_id,
 )
 from chats.runtime import hooks
+from chats.secrets import scrub_secrets
 from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered, validate_args
 
 log = logging.getLogger(__name__)
@@ -539,13 +540,16 @@ def _gather_notes(turn: Turn, at_start: bool) -> list[str]:
     return notes
 
 
-def _scrub_args(args: dict[str, Any]) -> dict[str, Any]:
-    scrubbed = {}
-    for key, value in args.items():
-        if isinstance(value, str) and len(value) > 2_000:
-            value = value[:2_000] + f"… ({len(value)} characters)"
-        scrubbed[key] = value
-    return scrubbed
+def _scrub_args(args: Any) -> Any:
+    """A step's arguments as they are stored and shown: keys and passwords out, long text cut."""
+    if isinstance(args, dict):
+        return {key: _scrub_args(value) for key, value in args.items()}
+    if isinstance(args, list):
+        return [_scrub_args(value) for value in args]
+    if isinstance(args, str):
+        value = scrub_secrets(args)
+        return value if len(value) <= 2_000 else value[:2_000] + f"… ({len(value)} characters)"
+    return args
 
 
 def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Advance:

@@ -763,3 +763,27 @@ def test_steps_and_entries_of_a_reply_belong_to_it(scripted_chat):
     assert list(Step.objects.filter(turn=one).values_list("number", flat=True)) == [1]
     assert list(Step.objects.filter(turn=two).values_list("number", flat=True)) == [1]
     assert [e.text for e in Entry.objects.filter(turn=two)] == ["two", "b"]
+
+
+def test_a_steps_stored_arguments_have_keys_and_passwords_taken_out(scripted_chat):
+    from chats.models import Step
+    from chats.runtime import services
+    from chats.runtime.runner import drain
+
+    chat = scripted_chat(
+        [
+            {
+                "tool": "write_file",
+                "args": {
+                    "path": "env.txt",
+                    "content": "API_KEY=sk-live-ABCDEFGHIJKLMNOPQRSTUV\npassword: hunter22\n",
+                },
+            }
+        ]
+    )
+    services.message_send(conversation=chat, text="go")
+    drain()
+    step = Step.objects.get(turn__conversation=chat)
+    assert "sk-live-ABCDEFGHIJKLMNOPQRSTUV" not in step.args["content"]
+    assert "hunter22" not in step.args["content"]
+    assert step.args["path"] == "env.txt"

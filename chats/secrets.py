@@ -1,0 +1,38 @@
+"""Anything shaped like a key or a password, taken out of words Conch keeps or passes on.
+
+``together.quoting`` uses this before words cross from one chat to another;
+the runtime uses it before a step's arguments are stored.
+"""
+
+from __future__ import annotations
+
+import re
+
+_KEY_SHAPES = [
+    re.compile(r"\b(?:sk|pk|rk)-(?:live-|test-|proj-|ant-)?[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"),
+    re.compile(r"\b[0-9]{6,}:[A-Za-z0-9_\-]{30,}\b"),  # chat-app bot tokens
+    re.compile(r"(?i)\b(?:bearer)\s+[A-Za-z0-9._\-]{16,}"),
+]
+_ASSIGNED = re.compile(
+    r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)"
+    r"(\s*[:=]\s*|\s+is\s+)"
+    r"(\"[^\"]*\"|'[^']*'|\S+)"
+)
+REDACTED = "[redacted]"
+
+
+def scrub_secrets(text: str, *, known: tuple[str, ...] = ()) -> str:
+    """Take out known secret values and anything shaped like a key or a password."""
+    text = str(text or "")
+    for value in sorted((k for k in known if k and len(k) >= 4), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    for shape in _KEY_SHAPES:
+        text = shape.sub(REDACTED, text)
+    return _ASSIGNED.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
