@@ -58,6 +58,7 @@ from chats.models import (
     TurnState,
     counted_ids,
 )
+from chats.play_pages import pages_check, pages_served
 
 TEMP_PREFIX = "conch-play-"
 WORKER = "conch-play"
@@ -75,7 +76,7 @@ DROPPED_ENV = (
     "CONCH_TEST_DATABASE_NAME",
 )
 
-TOP_KEYS = {"chats", "files", "description", "max_ticks"}
+TOP_KEYS = {"chats", "files", "description", "max_ticks", "pages"}
 CHAT_REQUIRED = ("name", "title", "folder", "script")
 CHAT_KEYS = {
     *CHAT_REQUIRED,
@@ -251,6 +252,7 @@ def scenario_parse(data: Any) -> Scenario:
         max_ticks = MAX_TICKS
 
     files = _parse_files(data.get("files", {}), problems)
+    pages_check(data.get("pages"), problems)  # web pages for fetch_page (chats.play_pages)
     raw_chats = data.get("chats")
     chats: list[ChatSpec] = []
     if raw_chats is None:
@@ -578,7 +580,8 @@ def play_inner(*, raw: str, root: str) -> dict:
         raise ScenarioError(f"The scenario is not valid JSON: {exc.msg}.") from None
     scenario = scenario_parse(data)
     call_command("migrate", verbosity=0, interactive=False)
-    return scenario_play(scenario, root=root_path)
+    with pages_served(scenario) as served:  # the scenario's web pages, on loopback for the run
+        return served.unport(scenario_play(served.scenario, root=root_path))
 
 
 # ---------------------------------------------------------------------------
