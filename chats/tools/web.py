@@ -223,9 +223,12 @@ class _PinnedHTTP(http.client.HTTPConnection):
     def __init__(self, host: str, port: int, *, address: str, timeout: float):
         super().__init__(host, port, timeout=timeout)
         self.pinned_address = address
+        self.opened: socket.socket | None = None
 
     def connect(self) -> None:
-        self.sock = socket.create_connection((self.pinned_address, self.port), self.timeout)
+        self.sock = self.opened = socket.create_connection(
+            (self.pinned_address, self.port), self.timeout
+        )
 
 
 class _PinnedHTTPS(http.client.HTTPSConnection):
@@ -235,11 +238,12 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
         self.tls = ssl.create_default_context()
         super().__init__(host, port, timeout=timeout, context=self.tls)
         self.pinned_address = address
+        self.opened: socket.socket | None = None
 
     def connect(self) -> None:
         raw = socket.create_connection((self.pinned_address, self.port), self.timeout)
         try:
-            self.sock = self.tls.wrap_socket(raw, server_hostname=self.host)
+            self.sock = self.opened = self.tls.wrap_socket(raw, server_hostname=self.host)
         except BaseException:
             raw.close()
             raise
@@ -325,8 +329,9 @@ def _get(
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ToolError(ERR_TIMEOUT.format(url=_shown(target.url), seconds=timeout))
-            if conn.sock is not None:
-                conn.sock.settimeout(left)
+            # The response may own the socket now (conn.sock is None once it will
+            # close); the socket the connection opened is the one to bound.
+            conn.opened.settimeout(left)
             chunk = response.read1(min(65_536, max_bytes + 1 - size))
             if not chunk:
                 break

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -40,6 +41,19 @@ class Site:
                 )
                 if status == 0:  # stall: never answer until the test ends
                     site.release.wait(10)
+                    return
+                if status == -1:  # dribble: answer at once, then a byte every 50 ms for 5 s
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    for _ in range(100):
+                        if site.release.wait(0.05):
+                            return
+                        try:
+                            self.wfile.write(b"x")
+                            self.wfile.flush()
+                        except OSError:
+                            return
                     return
                 self.send_response(status)
                 for name, value in headers.items():
@@ -210,6 +224,17 @@ def test_a_page_that_never_answers_times_out_with_a_clear_error(reader, site, al
     site.pages["/stall"] = (0, {}, b"")
     with pytest.raises(ToolError, match=r"didn't answer within 0.3 seconds"):
         fetch(reader, url=site.url("/stall"))
+
+
+def test_a_page_that_dribbles_is_cut_off_at_the_deadline_for_the_whole_fetch(
+    reader, site, allow_loopback
+):
+    allow_loopback.CONCH_FETCH_TIMEOUT = 0.4
+    site.pages["/drip"] = (-1, {}, b"")
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"didn't answer within 0.4 seconds"):
+        fetch(reader, url=site.url("/drip"))
+    assert time.monotonic() - started < 3  # each byte came in time; the whole fetch did not
 
 
 def test_a_page_that_isnt_text_is_refused_clearly(reader, site, allow_loopback):
