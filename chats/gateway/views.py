@@ -1,20 +1,32 @@
-"""The gateway's doors: ``POST /gateway/inbound`` and Telegram's webhook.
+"""The gateway's doors, ``POST /gateway/inbound`` and Telegram's webhook, and
+the routing playground's page.
 
-Neither uses the browser's session: the inbound door takes the install's
+Neither door uses the browser's session: the inbound door takes the install's
 gateway token (``Authorization: Bearer …``), Telegram's takes the webhook
 secret. They are CSRF-exempt because of that, and only because of that.
+
+The playground is the person's page: sign-in required, CSRF on every POST.
+Its actions are plain POSTs that redirect, so it works without JavaScript;
+under HTMX they answer with the page's regions as out-of-band swaps. The
+rules live in :mod:`chats.gateway.playground`.
 """
 
 from __future__ import annotations
 
 import json
 
-from django.http import HttpRequest, JsonResponse
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from chats.gateway.inbound import InboundError, inbound_parse
-from chats.gateway.models import ChannelAccount
+from chats.gateway import playground as pg
+from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
+from chats.gateway.models import ChannelAccount, ChatType, DmScope
+from chats.gateway.routing import AgentRef
+from chats.gateway.selectors import gateway_config
 from chats.gateway.services import (
     SessionTaken,
     channel_account_check,
@@ -23,7 +35,8 @@ from chats.gateway.services import (
 )
 from chats.gateway.telegram import CHANNEL as TELEGRAM
 from chats.gateway.telegram import SECRET_HEADER, telegram_inbound
-from chats.runtime.services import ConchError
+from chats.models import Agent
+from chats.runtime.services import ConchError, default_agent
 
 ERR_NO_TOKEN = "A gateway token is required: Authorization: Bearer <token>."
 ERR_BAD_TOKEN = "That gateway token is not valid."
@@ -102,3 +115,222 @@ def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
         return _refused(str(exc), 409, field="account_id")
     except ConchError as exc:
         return _refused(str(exc), 400, field="text")
+
+
+# ---------------------------------------------------------------------------
+# The routing playground
+
+PLAYGROUND = "playground.html"
+PLAYGROUND_REGIONS = ("pg-scope", "pg-bindings", "pg-palette", "pg-result", "pg-sessions", "pg-log")
+SCOPE_WORDS = {
+    DmScope.SHARED: "Every DM, from anyone, on any app, lands in one session: dm:shared. "
+    "One person's words reach another.",
+    DmScope.PER_PEER: "One session per person (dm:alice), the same one on every app.",
+    DmScope.PER_CHANNEL_PEER: "One session per person per app (dm:whatsapp:alice). "
+    "Recommended, and the default: no session is ever shared by two people.",
+    DmScope.PER_ACCOUNT_CHANNEL_PEER: "One session per person per app per bot account "
+    "(dm:whatsapp:work:alice).",
+}
+
+
+# (name, label, datalist, placeholder) of the two forms' fields
+BINDING_FORM = (
+    ("agent", "Agent", "pg-agents", "work"),
+    ("channel", "Channel", "pg-channels", "slack"),
+    ("peer", "Peer", "pg-peers", "mom"),
+    ("team_id", "Team", "pg-teams", ""),
+    ("guild_id", "Guild", "pg-guilds", ""),
+    ("roles", "Roles", "pg-roles", "mod, admin"),
+    ("parent_peer", "Parent peer", "pg-peers", ""),
+    ("account_id", "Account", "", '"*" for any'),
+)
+MESSAGE_FORM = (
+    ("channel", "Channel", "pg-channels", "telegram"),
+    ("chat_type", "Chat type", "", ""),
+    ("peer", "Sender", "pg-peers", "alice"),
+    ("account_id", "Account", "", "default"),
+    ("group_id", "Group", "pg-peers", ""),
+    ("thread_id", "Thread", "", ""),
+    ("parent_peer", "Parent peer", "pg-peers", ""),
+    ("guild_id", "Guild", "pg-guilds", ""),
+    ("member_roles", "Roles", "pg-roles", "a, b"),
+    ("team_id", "Team", "pg-teams", ""),
+    ("job_id", "Cron job", "", ""),
+    ("text", "Text", "", "What they say"),
+)
+
+
+def _form_fields(spec, prefix: str, values: dict, error: pg.PlaygroundError | None) -> list[dict]:
+    return [
+        {
+            "name": name,
+            "id": f"{prefix}-{name.replace('_', '-')}",
+            "label": label,
+            "list": datalist,
+            "placeholder": placeholder,
+            "value": values.get(name, ""),
+            "error": error.message if error is not None and error.field == name else "",
+            "choices": ChatType.values if name == "chat_type" else None,
+            "wide": name == "text",
+        }
+        for name, label, datalist, placeholder in spec
+    ]
+
+
+def _palette_values(*names: str) -> list[str]:
+    found = set()
+    for message in pg.PALETTE:
+        for name in names:
+            value = message.fields.get(name)
+            if isinstance(value, list):
+                found.update(value)
+            elif value:
+                found.add(value)
+    return sorted(found)
+
+
+def _playground_agents() -> tuple[dict[str, AgentRef], str]:
+    """The personas by slug, and the default one's slug."""
+    default = default_agent()
+    agents = {
+        slug: AgentRef(pk, slug, name, workspace)
+        for pk, slug, name, workspace in Agent.objects.values_list(
+            "pk", "slug", "name", "workspace"
+        )
+    }
+    return agents, default.slug
+
+
+def _playground_state(request: HttpRequest) -> pg.PlaygroundState:
+    return pg.playground_load(request.session, dm_scope=gateway_config().dm_scope)
+
+
+def _playground_page(
+    request: HttpRequest,
+    state: pg.PlaygroundState,
+    *,
+    status: int = 200,
+    scope_error: pg.PlaygroundError | None = None,
+    binding_error: pg.PlaygroundError | None = None,
+    binding_values: dict | None = None,
+    message_error: pg.PlaygroundError | None = None,
+    message_values: dict | None = None,
+) -> HttpResponse:
+    agents, default_slug = _playground_agents()
+    board = pg.playground_board(state=state, agents=agents, default_slug=default_slug)
+    latest = board.latest
+    context = {
+        "board": board,
+        "latest": latest,
+        "winner_id": latest.route.rule.binding_id if latest else None,
+        "scopes": [(value, SCOPE_WORDS[value]) for value in DmScope.values],
+        "scope_words": SCOPE_WORDS.get(state.dm_scope, ""),
+        "gateway_scope": gateway_config().dm_scope,
+        "shelves": pg.palette_shelves(),
+        "scope_error": scope_error,
+        "binding_error": binding_error,
+        "binding_fields": _form_fields(BINDING_FORM, "pg-b", binding_values or {}, binding_error),
+        "binding_field_names": [spec[0] for spec in BINDING_FORM],
+        "message_error": message_error,
+        "message_fields": _form_fields(MESSAGE_FORM, "pg-m", message_values or {}, message_error),
+        "message_field_names": [spec[0] for spec in MESSAGE_FORM],
+        "datalists": [
+            {"id": "pg-agents", "values": sorted(agents)},
+            {"id": "pg-channels", "values": _palette_values("channel")},
+            {"id": "pg-peers", "values": _palette_values("peer", "group_id", "job_id")},
+            {"id": "pg-teams", "values": _palette_values("team_id")},
+            {"id": "pg-guilds", "values": _palette_values("guild_id")},
+            {"id": "pg-roles", "values": _palette_values("member_roles")},
+        ],
+    }
+    if request.htmx:
+        context["oob"] = True
+        html = "".join(
+            render_to_string(f"{PLAYGROUND}#{region}", context, request=request)
+            for region in PLAYGROUND_REGIONS
+        )
+        return HttpResponse(html, status=status)
+    return render(request, PLAYGROUND, context, status=status)
+
+
+def _playground_done(request: HttpRequest, state: pg.PlaygroundState, **refusal) -> HttpResponse:
+    """Save, then: the regions under HTMX, else back to the page (or the page with a 400)."""
+    pg.playground_save(request.session, state)
+    if refusal:
+        return _playground_page(request, state, status=400, **refusal)
+    if request.htmx:
+        return _playground_page(request, state)
+    return redirect("gateway:playground")
+
+
+@login_required
+@require_GET
+def playground(request: HttpRequest) -> HttpResponse:
+    return _playground_page(request, _playground_state(request))
+
+
+@login_required
+@require_POST
+def playground_scope(request: HttpRequest) -> HttpResponse:
+    state = _playground_state(request)
+    try:
+        pg.playground_set_scope(state=state, dm_scope=request.POST.get("dm_scope", ""))
+    except pg.PlaygroundError as exc:
+        return _playground_page(request, state, status=400, scope_error=exc)
+    return _playground_done(request, state)
+
+
+@login_required
+@require_POST
+def playground_binding_add(request: HttpRequest) -> HttpResponse:
+    state = _playground_state(request)
+    fields = {name: request.POST.get(name, "") for name in ("agent", "roles", *pg.BINDING_FIELDS)}
+    agents, _ = _playground_agents()
+    try:
+        pg.playground_binding_add(state=state, agents=agents, fields=fields)
+    except pg.PlaygroundError as exc:
+        return _playground_done(request, state, binding_error=exc, binding_values=fields)
+    return _playground_done(request, state)
+
+
+@login_required
+@require_POST
+def playground_binding_remove(request: HttpRequest, binding_id: int) -> HttpResponse:
+    state = _playground_state(request)
+    try:
+        pg.playground_binding_remove(state=state, binding_id=binding_id)
+    except pg.PlaygroundError as exc:
+        return _playground_done(request, state, binding_error=exc)
+    return _playground_done(request, state)
+
+
+@login_required
+@require_POST
+def playground_fire(request: HttpRequest) -> HttpResponse:
+    state = _playground_state(request)
+    agents, default_slug = _playground_agents()
+    custom = None
+    if "message" not in request.POST:
+        custom = {name: request.POST.get(name, "") for name in FIELDS if name in request.POST}
+        roles = custom.pop("member_roles", "")
+        custom["member_roles"] = [r for r in (x.strip() for x in roles.split(",")) if r]
+    try:
+        pg.playground_fire(
+            state=state,
+            agents=agents,
+            default_slug=default_slug,
+            palette_id=request.POST.get("message", ""),
+            custom=custom,
+        )
+    except pg.PlaygroundError as exc:
+        values = {**(custom or {}), "member_roles": request.POST.get("member_roles", "")}
+        return _playground_done(request, state, message_error=exc, message_values=values)
+    return _playground_done(request, state)
+
+
+@login_required
+@require_POST
+def playground_clear(request: HttpRequest) -> HttpResponse:
+    state = _playground_state(request)
+    pg.playground_clear(state=state, bindings=request.POST.get("what") == "everything")
+    return _playground_done(request, state)
