@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import gc
+import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -234,6 +235,13 @@ def binding_conflicts(
     return found
 
 
+def _roles_from_text(text: str | None) -> list[Any]:
+    if not text or text == "[]":
+        return []
+    roles = json.loads(text)
+    return roles if isinstance(roles, list) else []
+
+
 # ---------------------------------------------------------------------------
 # The index
 
@@ -357,6 +365,9 @@ class RouteIndex:
     @classmethod
     def load(cls) -> RouteIndex:
         """From the database, in four queries whatever the number of bindings."""
+        from django.db.models import TextField
+        from django.db.models.functions import Cast
+
         from chats.gateway.models import IdentityLink
         from chats.gateway.selectors import gateway_config
         from chats.models import Agent, Binding
@@ -368,6 +379,8 @@ class RouteIndex:
             AgentRef(*row) for row in Agent.objects.values_list("id", "slug", "name", "workspace")
         ]
         slugs = {agent.id: agent.slug for agent in agents}
+        # Roles come as their JSON text: most bindings have none ("[]"), and decoding
+        # a hundred thousand empty lists was most of a cold start.
         rows = Binding.objects.order_by("pk").values_list(
             "id",
             "agent_id",
@@ -376,7 +389,7 @@ class RouteIndex:
             "peer",
             "parent_peer",
             "guild_id",
-            "roles",
+            Cast("roles", output_field=TextField()),
             "team_id",
         )
         with _no_gc_pauses():
@@ -390,7 +403,7 @@ class RouteIndex:
                     peer=row[4],
                     parent_peer=row[5],
                     guild_id=row[6],
-                    roles=row[7],
+                    roles=_roles_from_text(row[7]),
                     team_id=row[8],
                 )
                 for row in rows.iterator(chunk_size=5_000)

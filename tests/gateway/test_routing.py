@@ -84,6 +84,19 @@ def test_a_peer_rule_beats_a_team_rule_in_the_database(personas):
     assert (other.agent.slug, other.rule.tier) == ("home", Tier.TEAM)
 
 
+def test_a_role_rule_read_from_the_database_keeps_its_roles(personas):
+    # The index reads roles as their JSON text (a cold start's speed): the roles survive.
+    Binding.objects.create(agent=personas["work"], channel="discord", guild_id="G", roles=["mod"])
+    Binding.objects.create(agent=personas["home"], channel="discord", guild_id="G")
+    group = dict(channel="discord", chat_type="group", group_id="c", guild_id="G")
+
+    moderator = resolve_route(message(**group, member_roles=["mod", "x"]))
+    member = resolve_route(message(**group, member_roles=["x"]))
+
+    assert (moderator.agent.slug, moderator.rule.tier) == ("work", Tier.GUILD_ROLES)
+    assert (member.agent.slug, member.rule.tier) == ("home", Tier.GUILD)
+
+
 def test_every_field_a_binding_sets_must_match():
     agents = [agent_ns(0, "main", default=True), agent_ns(1, "work")]
     index = RouteIndex.build(

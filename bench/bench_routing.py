@@ -1,0 +1,227 @@
+"""Routing 100,000 inbound messages against 100,000 bindings.
+
+Judged by: the median warm time per route (target ≤ 0.05 ms) and the cold
+time to build the index (target ≤ 1 s), each with its ratio to OpenClaw's own
+allowance (10 ms warm, 500 ms cold, at 80k bindings). Routing must not scan
+the bindings: the same messages routed against 1,000 bindings take the same
+time, and that ratio is printed too.
+
+Cold is measured twice: ``RouteIndex.load()`` from SQLite (the server's real
+cold start: the query, the rows, the index) and ``RouteIndex.build()`` from
+objects already in memory (the playground's door).
+
+    .venv/bin/python bench/bench_routing.py
+"""
+
+from __future__ import annotations
+
+import gc
+import random
+import statistics
+import time
+from types import SimpleNamespace
+
+from _setup import django_on_fresh_sqlite
+
+BINDINGS = 100_000
+SMALL = 1_000
+MESSAGES = 100_000
+AGENTS = 20
+CHANNELS = ("slack", "discord", "telegram", "whatsapp")
+TARGET_WARM_MS, TARGET_COLD_S = 0.05, 1.0
+OPENCLAW_WARM_MS, OPENCLAW_COLD_S = 10.0, 0.5
+
+# How the bindings spread over the ladder (the rest, a few, are channel-level "*").
+SHARE = {"peer": 0.55, "parent": 0.10, "guild_roles": 0.10, "guild": 0.05, "team": 0.10}
+
+
+def tier_counts(n: int) -> dict[str, int]:
+    """How many bindings of each kind ``n`` bindings hold (and four channel-level ``*``)."""
+    counts = {tier: int(n * share) for tier, share in SHARE.items()}
+    counts["account"] = n - sum(counts.values()) - len(CHANNELS)
+    return counts
+
+
+def _row(i: int, agent_ids: list[int], **fields) -> dict:
+    base = dict(account_id="", peer="", parent_peer="", guild_id="", roles=[], team_id="")
+    return {
+        "channel": CHANNELS[i % len(CHANNELS)],
+        "agent_id": agent_ids[i % len(agent_ids)],
+        **base,
+        **fields,
+    }
+
+
+def binding_rows(n: int, agent_ids: list[int]) -> list[dict]:
+    """``n`` bindings over every tier, none tying with another. Binding ``i`` of a kind
+    is on channel ``i % 4``, so the first bindings of 1k are the first of 100k."""
+    counts = tier_counts(n)
+    rows = []
+    for i in range(counts["peer"]):
+        rows.append(_row(i, agent_ids, peer=f"p{i}"))
+    for i in range(counts["parent"]):
+        rows.append(_row(i, agent_ids, parent_peer=f"room{i}"))
+    for i in range(counts["guild_roles"]):
+        rows.append(_row(i, agent_ids, guild_id=f"g{i}", roles=[f"r{i % 7}"]))
+    for i in range(counts["guild"]):  # the same guilds: members without the role land here
+        rows.append(_row(i, agent_ids, guild_id=f"g{i}"))
+    for i in range(counts["team"]):
+        rows.append(_row(i, agent_ids, team_id=f"t{i}"))
+    for i in range(counts["account"]):
+        rows.append(_row(i, agent_ids, account_id=f"bot{i}"))
+    for i in range(len(CHANNELS)):
+        rows.append(_row(i, agent_ids, account_id="*"))
+    return rows
+
+
+KINDS = ("peer", "parent", "guild_roles", "guild", "team", "account", "nobody", "elsewhere")
+
+
+def messages(n: int, *, bounds: dict[str, int]) -> list:
+    """Every kind of origin, each naming one of the first ``bounds[kind]`` bindings of its
+    tier, and some that no binding names: down to the channel rule, or on a channel
+    with none, to the default agent."""
+    from chats.gateway.inbound import inbound_parse
+
+    rng = random.Random(7)
+    made = []
+    for m in range(n):
+        kind = KINDS[m % len(KINDS)]
+        i = rng.randrange(bounds.get(kind, 1))
+        body = {"channel": CHANNELS[i % len(CHANNELS)], "message_id": f"m{m}", "text": "hi"}
+        if kind == "peer":
+            body |= {"chat_type": "dm", "peer": f"p{i}"}
+        elif kind == "parent":
+            body |= {
+                "chat_type": "thread",
+                "peer": "x",
+                "thread_id": f"th{m}",
+                "parent_peer": f"room{i}",
+            }
+        elif kind in ("guild_roles", "guild"):
+            roles = [f"r{i % 7}", "everyone"] if kind == "guild_roles" else ["everyone"]
+            body |= {
+                "chat_type": "group",
+                "peer": "x",
+                "group_id": f"c{i}",
+                "guild_id": f"g{i}",
+                "member_roles": roles,
+            }
+        elif kind == "team":
+            body |= {"chat_type": "group", "peer": "x", "group_id": f"c{i}", "team_id": f"t{i}"}
+        elif kind == "account":
+            body |= {"chat_type": "dm", "peer": f"stranger{m}", "account_id": f"bot{i}"}
+        elif kind == "nobody":
+            body |= {"chat_type": "dm", "peer": f"stranger{m}", "account_id": "nobody"}
+        else:
+            body |= {"channel": "signal", "chat_type": "dm", "peer": f"stranger{m}"}
+        made.append(inbound_parse(body))
+    return made
+
+
+def route_all(index, inbound) -> tuple[float, float, dict]:
+    """(median ms per route, mean ms per route, wins by tier), each route timed alone."""
+    from chats.gateway.routing import resolve_route
+
+    for message in inbound[:2_000]:  # warm
+        resolve_route(message, index=index)
+    clock = time.perf_counter_ns
+    samples = []
+    append = samples.append
+    tiers: dict = {}
+    gc.disable()
+    try:
+        start_all = clock()
+        for message in inbound:
+            start = clock()
+            route = resolve_route(message, index=index)
+            append(clock() - start)
+            tiers[route.rule.tier] = tiers.get(route.rule.tier, 0) + 1
+        total = clock() - start_all
+    finally:
+        gc.enable()
+    return statistics.median(samples) / 1e6, total / len(inbound) / 1e6, tiers
+
+
+def main() -> None:
+    django_on_fresh_sqlite()
+    from chats.gateway.routing import RouteIndex
+    from chats.models import Agent, Binding
+
+    agents = Agent.objects.bulk_create(
+        [
+            Agent(slug=f"agent{i}", name=f"Agent {i}", workspace="/tmp", is_default=(i == 0))
+            for i in range(AGENTS)
+        ]
+    )
+    agent_ids = [a.pk for a in agents]
+    rows = binding_rows(BINDINGS, agent_ids)
+    start = time.perf_counter()
+    Binding.objects.bulk_create([Binding(**row) for row in rows], batch_size=5_000)
+    stored = time.perf_counter() - start
+
+    # Cold: the server's start, from the database.
+    gc.collect()
+    start = time.perf_counter()
+    index = RouteIndex.load()
+    cold_load = time.perf_counter() - start
+    assert index.count == BINDINGS, index.count
+
+    # Cold: from objects in memory.
+    objects = [SimpleNamespace(id=n, **row) for n, row in enumerate(rows, start=1)]
+    agent_objects = [
+        SimpleNamespace(
+            id=a.pk, slug=a.slug, name=a.name, workspace=a.workspace, is_default=a.is_default
+        )
+        for a in agents
+    ]
+    gc.collect()
+    start = time.perf_counter()
+    RouteIndex.build(bindings=objects, agents=agent_objects)
+    cold_build = time.perf_counter() - start
+
+    # Warm: the same 100k messages against 100k bindings, then against 1k.
+    small_rows = binding_rows(SMALL, agent_ids)
+    small = RouteIndex.build(
+        bindings=[SimpleNamespace(id=n, **row) for n, row in enumerate(small_rows, start=1)],
+        agents=agent_objects,
+    )
+    prefix = messages(MESSAGES, bounds=tier_counts(SMALL))  # bindings both indexes hold
+    big_median, big_mean, big_tiers = route_all(index, prefix)
+    small_median, small_mean, small_tiers = route_all(small, prefix)
+    assert big_tiers == small_tiers, (big_tiers, small_tiers)  # the same answers, same tiers
+    spread = messages(MESSAGES, bounds=tier_counts(BINDINGS))  # over all 100k
+    spread_median, spread_mean, spread_tiers = route_all(index, spread)
+
+    print(
+        f"bindings: {BINDINGS:,} over {AGENTS} agents, {len(CHANNELS)} channels; messages: {MESSAGES:,}"
+    )
+    print(f"stored the bindings in SQLite in {stored:.2f} s (bulk insert)")
+    won = ", ".join(f"{tier} {count:,}" for tier, count in sorted(spread_tiers.items()))
+    print(f"tiers that won: {won}")
+    print(
+        f"cold, RouteIndex.load() from SQLite: {cold_load * 1000:.0f} ms "
+        f"(target ≤ {TARGET_COLD_S * 1000:.0f} ms); ratio to OpenClaw's "
+        f"{OPENCLAW_COLD_S * 1000:.0f} ms at 80k: {cold_load / OPENCLAW_COLD_S:.2f}x"
+    )
+    print(
+        f"cold, RouteIndex.build() from objects: {cold_build * 1000:.0f} ms; "
+        f"ratio to OpenClaw's {OPENCLAW_COLD_S * 1000:.0f} ms: {cold_build / OPENCLAW_COLD_S:.2f}x"
+    )
+    print(
+        f"warm median per route (messages over all {BINDINGS:,} bindings): "
+        f"{spread_median * 1000:.2f} µs = {spread_median:.4f} ms (target ≤ {TARGET_WARM_MS} ms; "
+        f"mean {spread_mean * 1000:.2f} µs); ratio to OpenClaw's {OPENCLAW_WARM_MS:.0f} ms: "
+        f"{spread_median / OPENCLAW_WARM_MS:.5f}x ({OPENCLAW_WARM_MS / spread_median:,.0f} times under)"
+    )
+    print(
+        f"no scan, the same {MESSAGES:,} messages: median {small_median * 1000:.2f} µs at "
+        f"{SMALL:,} bindings, {big_median * 1000:.2f} µs at {BINDINGS:,}; "
+        f"ratio 100k / 1k: {big_median / small_median:.2f}x (a scan would be ~{BINDINGS // SMALL}x)"
+    )
+    verdict = cold_load <= TARGET_COLD_S and spread_median <= TARGET_WARM_MS
+    print(f"within target: {'yes' if verdict else 'NO'}")
+
+
+if __name__ == "__main__":
+    main()
