@@ -16,8 +16,8 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from chats import events
-from chats.models import Conversation, Mode, Status, Turn, TurnState
+from chats import cards, events
+from chats.models import Conversation, Inbound, Mode, Status, Turn, TurnState
 from chats.runtime import selectors
 from chats.tools.registry import THINKING
 
@@ -36,6 +36,9 @@ SHOWN_EVENTS = frozenset(
 )
 # Events after which the list's order or membership may change: push the whole list.
 LIST_EVENTS = frozenset({events.STATUS, events.CONVERSATION_DELETED})
+# Events that change only a card in a chat's transcript (a look at the other chats, a
+# message's state): push that chat's transcript, if this tab shows it; its row is as it was.
+CARD_EVENTS = frozenset({events.CHATS_LISTED, events.CHAT_MESSAGE})
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,13 @@ def list_context(*, owner_id: int, current_chat_id: str | None = None) -> dict[s
     }
 
 
+def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
+    """The transcript, with each card explained as it is now (chats/cards.py)."""
+    blocks = selectors.chat_transcript(conversation=conversation)
+    cards.cards_load(conversation=conversation, blocks=blocks)
+    return {"chat": conversation, "blocks": blocks, "inbounds": Inbound.choices}
+
+
 def chat_context(*, conversation: Conversation) -> dict[str, Any]:
     open_turn = selectors.open_turn(conversation)
     pending = (
@@ -95,9 +105,8 @@ def chat_context(*, conversation: Conversation) -> dict[str, Any]:
         else None
     )
     return {
-        "chat": conversation,
+        **transcript_context(conversation=conversation),
         "chat_badge": chat_badge(conversation, open_turn),
-        "blocks": selectors.chat_transcript(conversation=conversation),
         "open_turn": open_turn,
         "pending": pending,
         "asked": conversation.status == Status.NEEDS_YOU and pending is None,
@@ -175,6 +184,15 @@ def render_event(
     the event's chat appears in: its sidebar row (or the whole list, when order or
     membership may change), and, if this tab shows that chat, its page regions."""
     parts = [render_seq(seq)]
+    if event in CARD_EVENTS:
+        # A card changed (a look at the other chats, a message's state): only the
+        # transcript of the tab showing that chat; its row is as it was.
+        if conversation_id and showing == conversation_id:
+            conversation = _owned_chat(owner_id, conversation_id)
+            if conversation is not None:
+                context = {**transcript_context(conversation=conversation), "oob": True}
+                parts.append(render_region("transcript", context))
+        return "\n".join(parts)
     if event not in SHOWN_EVENTS or not conversation_id:
         return "\n".join(parts)
     if event in LIST_EVENTS:

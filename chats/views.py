@@ -26,8 +26,11 @@ from chats.signin import signin_token_redeem
 ERR_STALE_REQUEST = "That request has already been answered."
 
 
-def _get_chat_for_user(request: HttpRequest, public_id: str) -> Conversation:
-    """The signed-in person's chat, or 404: someone else's chat does not exist for them."""
+def get_chat_for_user(request: HttpRequest, public_id: str) -> Conversation:
+    """The signed-in person's chat, or 404: someone else's chat does not exist for them.
+
+    Public, with :func:`respond_done` and :func:`respond_refused`, for the views of
+    apps built on ``chats`` (together/views.py) that act on a chat's page."""
     return get_object_or_404(
         Conversation.objects.select_related("agent"), public_id=public_id, owner=request.user
     )
@@ -53,7 +56,7 @@ def _page(
     return render(request, regions.PAGE, context, status=status)
 
 
-def _done(request: HttpRequest, chat: Conversation) -> HttpResponse:
+def respond_done(request: HttpRequest, chat: Conversation) -> HttpResponse:
     """After an action: the fresh regions under HTMX, otherwise back to the chat."""
     if request.htmx:
         chat.refresh_from_db()
@@ -63,15 +66,27 @@ def _done(request: HttpRequest, chat: Conversation) -> HttpResponse:
     return redirect("chats:chat", public_id=chat.public_id)
 
 
-def _refused(
-    request: HttpRequest, chat: Conversation, message: str, *, slot: str = "flash", draft: str = ""
+def respond_refused(
+    request: HttpRequest,
+    chat: Conversation,
+    message: str,
+    *,
+    slot: str = "flash",
+    draft: str = "",
+    status: int = 400,
 ) -> HttpResponse:
+    """A refusal, said where the person looks. A 409 (it changed meanwhile) also brings
+    the chat's fresh regions under HTMX, so the page shows what it is now."""
     if request.htmx:
-        return HttpResponse(regions.render_error(slot, message), status=400)
+        fresh = ""
+        if status == 409:
+            chat.refresh_from_db()
+            fresh = regions.render_chat_bundle(owner_id=request.user.pk, conversation=chat) + "\n"
+        return HttpResponse(fresh + regions.render_error(slot, message), status=status)
     extra = {"composer_error": message, "draft": draft} if slot == "composer-error" else {}
     if slot == "flash":
         extra["flash"] = message
-    return _page(request, chat=chat, status=400, **extra)
+    return _page(request, chat=chat, status=status, **extra)
 
 
 # ---------------------------------------------------------------------------
@@ -87,7 +102,7 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def chat_detail(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     return _page(request, chat=chat)
 
 
@@ -104,7 +119,7 @@ def chat_list(request: HttpRequest) -> HttpResponse:
 @require_GET
 def chat_regions(request: HttpRequest, public_id: str) -> HttpResponse:
     """A chat page's regions and the sidebar, for a page that missed events or reconnected."""
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     if not request.htmx:
         return redirect("chats:chat", public_id=chat.public_id)
     return HttpResponse(regions.render_chat_bundle(owner_id=request.user.pk, conversation=chat))
@@ -140,21 +155,21 @@ def chat_create(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def chat_send(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     text = request.POST.get("text", "")
     try:
         services.message_send(conversation=chat, text=text)
     except ConchError as exc:
-        return _refused(request, chat, str(exc), slot="composer-error", draft=text)
-    return _done(request, chat)
+        return respond_refused(request, chat, str(exc), slot="composer-error", draft=text)
+    return respond_done(request, chat)
 
 
 @login_required
 @require_POST
 def chat_stop(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     services.conversation_stop(conversation=chat, by="person")
-    return _done(request, chat)
+    return respond_done(request, chat)
 
 
 def _pending_turn_for(chat: Conversation, request: HttpRequest):
@@ -168,60 +183,60 @@ def _pending_turn_for(chat: Conversation, request: HttpRequest):
 @login_required
 @require_POST
 def chat_approve(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     try:
         services.turn_approve(turn=_pending_turn_for(chat, request))
     except ConchError as exc:
-        return _refused(request, chat, str(exc))
-    return _done(request, chat)
+        return respond_refused(request, chat, str(exc))
+    return respond_done(request, chat)
 
 
 @login_required
 @require_POST
 def chat_deny(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     try:
         services.turn_deny(turn=_pending_turn_for(chat, request))
     except ConchError as exc:
-        return _refused(request, chat, str(exc))
-    return _done(request, chat)
+        return respond_refused(request, chat, str(exc))
+    return respond_done(request, chat)
 
 
 @login_required
 @require_POST
 def chat_mode(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     try:
         services.conversation_set_mode(conversation=chat, mode=request.POST.get("mode", ""))
     except ConchError as exc:
-        return _refused(request, chat, str(exc))
-    return _done(request, chat)
+        return respond_refused(request, chat, str(exc))
+    return respond_done(request, chat)
 
 
 @login_required
 @require_POST
 def chat_rename(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     try:
         services.conversation_rename(conversation=chat, title=request.POST.get("title", ""))
     except ConchError as exc:
-        return _refused(request, chat, str(exc))
-    return _done(request, chat)
+        return respond_refused(request, chat, str(exc))
+    return respond_done(request, chat)
 
 
 @login_required
 @require_POST
 def chat_archive(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     archived = request.POST.get("archived", "1") != "0"
     services.conversation_archive(conversation=chat, archived=archived)
-    return _done(request, chat)
+    return respond_done(request, chat)
 
 
 @login_required
 @require_POST
 def chat_delete(request: HttpRequest, public_id: str) -> HttpResponse:
-    chat = _get_chat_for_user(request, public_id)
+    chat = get_chat_for_user(request, public_id)
     services.conversation_delete(conversation=chat)
     home = reverse("chats:home")
     if request.htmx:

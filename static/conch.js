@@ -3,7 +3,9 @@
  *
  * - Every push starts with #conch-seq carrying the event's sequence number.
  *   A gap in the numbers, a reconnect, or a hello that says the page is
- *   behind makes the page fetch its regions again (data-regions on <body>).
+ *   behind makes the page fetch its regions again (data-regions on #shell).
+ * - A link that opens another chat in place (hx-get, hx-target="body") swaps
+ *   in that chat's whole shell: its number, its regions and its own socket.
  * - The socket reconnects after any close. The ws extension only retries
  *   after an abnormal close (1006, 1011-1013); Daphne's websocket_timeout
  *   closes cleanly (1000), so that and every other close are retried here.
@@ -19,7 +21,13 @@
 
   var RETRYING_CODES = [1006, 1011, 1012, 1013]; // the ws extension retries these itself
   var body = document.body;
-  var lastSeq = parseInt(body.getAttribute('data-seq') || '0', 10);
+
+  function shellData(name) {
+    var shell = document.getElementById('shell');
+    return shell ? shell.getAttribute(name) : null;
+  }
+
+  var lastSeq = parseInt(shellData('data-seq') || '0', 10);
   var opens = 0;
   var ownRetries = 0;
   var SEQ_MARK = /^\s*<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"/;
@@ -40,7 +48,7 @@
   var fetchAgain = false;
 
   function refetch() {
-    var url = body.getAttribute('data-regions');
+    var url = shellData('data-regions');
     if (!url) { return; }
     if (fetching) { fetchAgain = true; return; }
     fetching = true;
@@ -109,9 +117,12 @@
 
   // ---------------------------------------------------------------- responses
 
-  // A refusal (400) carries its message as an out-of-band swap into the error slot.
+  // A refusal (400, or 409 for something that changed meanwhile) carries its
+  // message as an out-of-band swap into the error slot.
+  var REFUSALS = [400, 409];
+
   body.addEventListener('htmx:beforeSwap', function (evt) {
-    if (evt.detail.xhr && evt.detail.xhr.status === 400) {
+    if (evt.detail.xhr && REFUSALS.indexOf(evt.detail.xhr.status) >= 0) {
       evt.detail.shouldSwap = true;
       evt.detail.isError = false;
     }
@@ -132,7 +143,7 @@
 
   body.addEventListener('htmx:responseError', function (evt) {
     var status = evt.detail.xhr ? evt.detail.xhr.status : 0;
-    if (status === 400) { return; }
+    if (REFUSALS.indexOf(status) >= 0) { return; }
     showFailure(evt, status === 404 ? 'That chat is gone.' : 'That did not work (the server said ' + status + ').');
   });
 
@@ -204,7 +215,26 @@
 
   window.setInterval(tick, 1000);
 
-  if (document.getElementById('transcript')) {
-    window.scrollTo(0, document.documentElement.scrollHeight);
+  function toTheEnd() {
+    if (document.getElementById('transcript')) {
+      window.scrollTo(0, document.documentElement.scrollHeight);
+    }
   }
+
+  // Another chat's page, swapped in by a link on a card: it starts afresh, at
+  // its own number, and its socket (a new one) says hello as on a first load.
+  var currentShell = document.getElementById('shell');
+
+  body.addEventListener('htmx:afterSwap', function () {
+    var shell = document.getElementById('shell');
+    if (!shell || shell === currentShell) { return; }
+    currentShell = shell;
+    lastSeq = parseInt(shellData('data-seq') || '0', 10);
+    opens = 0;
+    ownRetries = 0;
+    stickToBottom = true;
+    toTheEnd();
+  });
+
+  toTheEnd();
 })();

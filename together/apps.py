@@ -12,11 +12,13 @@ class TogetherConfig(AppConfig):
         from chats.runtime import hooks
         from chats.runtime.runner import register_sweep
         from together import messages, waits
+        from together.cards import register_cards
         from together.prompt import TOGETHER_PROMPT
         from together.reader import reader
         from together.tools import register_tools
 
         register_tools()
+        register_cards()
         hooks.add_system_section(TOGETHER_PROMPT, order=50)
         hooks.add_note_provider(reader)
         hooks.add_note_provider(messages.message_reader)
