@@ -1,4 +1,5 @@
-"""Make the README's screenshots: the chat list and a chat page, light and dark.
+"""Make the README's screenshots: the chat list and a chat page, light and dark,
+and a chat page with ADR 0134's cards (a look at the other chats, a held message).
 
     .venv/bin/python -m tests.browser.screenshots [--out docs/screenshots]
 
@@ -23,15 +24,18 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 
 
-def build_workspace(home: Path) -> tuple[str, str]:
-    """Chats in every state. Returns a sign-in token and the chat page to photograph."""
+def build_workspace(home: Path) -> tuple[str, str, str]:
+    """Chats in every state. Returns a sign-in token, the chat page to photograph,
+    and the chat whose page shows ADR 0134's cards."""
     from django.core.management import call_command
     from django.utils import timezone
 
-    from chats.models import Agent, Mode, Origin, Status, Step, Turn, TurnState
+    from chats.models import Agent, Inbound, Mode, Origin, Status, Step, Turn, TurnState
     from chats.runtime import services
     from chats.runtime.runner import drain
     from chats.signin import owner_ensure, signin_link_create
+    from together.messages import message_chat
+    from together.models import ChatMessage, MessageState
 
     call_command("migrate", interactive=False, verbosity=0)
     owner = owner_ensure()
@@ -141,10 +145,44 @@ def build_workspace(home: Path) -> tuple[str, str]:
         step_family="editing files", step_started_at=now - timedelta(seconds=40)
     )
 
+    # ADR 0134's cards: a chat that holds messages from other chats looked at the
+    # others, then the release notes asked it something, held for the person.
+    review = chat(
+        "Review the checkout fix",
+        shop,
+        [
+            [
+                {"tool": "list_chats", "args": {}},
+                {"say": "Two other chats are busy; the rounding fix is changing tests here."},
+            ]
+        ],
+        inbound=Inbound.HOLD,
+    )
+    review_turn = services.message_send(conversation=review, text="What are the others doing?")
+    play_only(review_turn)
+    message_chat(
+        sender=notes,
+        turn=notes_turn,
+        chat_id=review.public_id,
+        text="Is the cents fix going into 2.4? If so I'll list it under Fixes.",
+        start_reply=True,
+    )
+
     assert Turn.objects.filter(conversation=watch, state=TurnState.NEEDS_YOU).exists()
     notes.refresh_from_db()
     assert fix.turns.count() == 2 and notes.status == Status.WORKING
-    return signin_link_create(user=owner), fix.public_id
+    assert ChatMessage.objects.get().state == MessageState.HELD
+    return signin_link_create(user=owner), fix.public_id, review.public_id
+
+
+def play_only(turn) -> None:
+    """Play one reply to its end, leaving every other open reply where it is."""
+    from chats.models import Turn
+    from chats.runtime import services
+
+    Turn.objects.filter(pk=turn.pk, claimed_by="").update(claimed_by="screenshots")
+    while services.turn_advance(turn_id=turn.pk, worker="screenshots", honour_delays=False).more:
+        pass
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -171,7 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     import django
 
     django.setup()
-    token, chat_id = build_workspace(home)
+    token, chat_id, cards_id = build_workspace(home)
 
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.browser.server", "--no-runner"],
@@ -191,14 +229,14 @@ def main(argv: list[str] | None = None) -> None:
         if port is None:
             raise RuntimeError("the server did not start")
         base = f"http://127.0.0.1:{port}"
-        photograph(base, token, chat_id, out)
+        photograph(base, token, chat_id, cards_id, out)
     finally:
         server.terminate()
         server.wait(10)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def photograph(base: str, token: str, chat_id: str, out: Path) -> None:
+def photograph(base: str, token: str, chat_id: str, cards_id: str, out: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
@@ -220,6 +258,14 @@ def photograph(base: str, token: str, chat_id: str, out: Path) -> None:
             page.evaluate("window.scrollTo(0, 0)")
             page.screenshot(path=str(out / f"chat-page-{scheme}.png"))
             print(f"wrote {out}/chat-list-{scheme}.png and {out}/chat-page-{scheme}.png")
+        page.emulate_media(color_scheme="light", reduced_motion="reduce")
+        page.goto(f"{base}/c/{cards_id}/")
+        expect(page.locator("body")).to_have_attribute("data-socket", "open")
+        expect(page.locator(".card-message .badge")).to_have_text("held for you")
+        page.locator(".card-look").scroll_into_view_if_needed()
+        page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+        page.screenshot(path=str(out / "together-cards-light.png"))
+        print(f"wrote {out}/together-cards-light.png")
         browser.close()
 
 

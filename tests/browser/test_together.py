@@ -1,0 +1,190 @@
+"""ADR 0134's cards in a real browser: the look at the other chats, and a held message.
+
+Scripted chats play in the server's own runner. The test process starts a
+reply (the runner picks it up); everything after that reaches the page over
+its socket, and every wait is on a condition in the page.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from chats.models import Inbound, Mode, StartedBy
+from chats.runtime import services
+from tests.browser.test_workspace import STEP, open_chat, row, scripted_chat, still_the_same_page
+from together.messages import inbound_set
+from together.models import ChatMessage, MessageState
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def look_card(page):
+    return page.locator("#transcript .card-look")
+
+
+def message_card(page):
+    return page.locator("#transcript .card-message")
+
+
+def test_the_look_card_shows_the_other_chats_and_its_rows_open_them(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    busy = scripted_chat(
+        owner,
+        agent,
+        workspace,
+        [
+            {"tool": "write_file", "args": {"path": "src/auth.ts", "content": "x"}},
+            *[{"tool": "list_files", "args": {}, "delay": STEP}] * 60,
+        ],
+        title="Fix the login",
+    )
+    asking = scripted_chat(
+        owner,
+        agent,
+        workspace,
+        [{"tool": "write_file", "args": {"path": "deploy.txt", "content": "2.4"}}],
+        title="Roll out 2.4",
+        mode=Mode.ASK,
+    )
+    looker = scripted_chat(
+        owner,
+        agent,
+        workspace,
+        [{"tool": "list_chats", "args": {}, "delay": STEP}, {"say": "Checked."}],
+        title="Release notes",
+    )
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, busy)
+    services.message_send(conversation=busy, text="Fix it")
+    services.message_send(conversation=asking, text="Roll it out")
+    # The busy chat has changed its file and works on; the other waits for an OK.
+    expect(page.locator("#transcript .step .files li")).to_have_text("src/auth.ts")
+    expect(row(page, asking).locator(".badge")).to_have_text("needs you")
+    open_chat(tab, conch_server, looker)
+
+    page.get_by_label("Message").fill("What are the others doing?")
+    page.get_by_label("Message").press("Enter")
+
+    card = look_card(page)
+    expect(card.locator(".card-head")).to_have_text(
+        "Checked on your other chats · 1 working · 1 needs you"
+    )
+    rows = card.locator(".look-row")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("Fix the login")
+    expect(rows.nth(0)).to_contain_text("Changing auth.ts")
+    expect(rows.nth(1)).to_contain_text("Roll out 2.4")
+    expect(rows.nth(1).locator(".badge")).to_have_text("needs you")
+
+    # A row opens its chat in place: the same page, another chat, a socket of its own.
+    rows.nth(0).get_by_role("link").click()
+    expect(page).to_have_url(f"{conch_server.url}/c/{busy.public_id}/")
+    expect(page.locator("#chat-heading")).to_have_text("Fix the login")
+    expect(page).to_have_title("Fix the login · Conch")
+    assert still_the_same_page(tab)
+    expect(page.locator("body")).to_have_attribute("data-socket", "open")
+    expect(page.locator("body")).to_have_attribute("data-socket-opens", "1")
+    # Live: the busy chat's steps keep arriving on the page the link opened.
+    seen = page.locator("#transcript .step").count()
+    expect(page.locator("#transcript .step").nth(seen)).to_be_visible()
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("#chat-title .badge")).to_have_text("stopped")
+
+    page.go_back()
+    expect(page.locator("#chat-heading")).to_have_text("Release notes")
+    look_card(page).locator(".look-row").nth(1).get_by_role("link").click()
+    expect(page.locator("#chat-heading")).to_have_text("Roll out 2.4")
+    expect(page.locator(".request")).to_contain_text("It needs your OK")
+
+
+def held_pair(owner, agent, workspace):
+    """“Release notes” asks “Fix the login”, which holds messages, to start a reply."""
+    receiver = scripted_chat(
+        owner,
+        agent,
+        workspace,
+        [
+            {"tool": "list_files", "args": {}, "delay": STEP},
+            {"say": "The login tests pass.", "delay": STEP},
+        ],
+        title="Fix the login",
+    )
+    receiver = inbound_set(conversation=receiver, inbound=Inbound.HOLD)
+    sender = scripted_chat(
+        owner,
+        agent,
+        workspace,
+        [
+            {
+                "tool": "message_chat",
+                "args": {
+                    "chat": receiver.public_id,
+                    "text": "Please run the login tests.",
+                    "start_reply": True,
+                },
+            },
+            {"say": "Asked it."},
+        ],
+        title="Release notes",
+    )
+    return sender, receiver
+
+
+def test_a_held_message_passed_on_starts_the_receiving_chats_reply_live(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    sender, receiver = held_pair(owner, agent, workspace)
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, receiver)
+
+    services.message_send(conversation=sender, text="Ask the login chat to run its tests")
+
+    card = message_card(page)
+    expect(card.locator(".card-head")).to_have_text("From “Release notes” · another chat, not you")
+    expect(card.locator(".badge")).to_have_text("held for you")
+    expect(card.locator(".card-words")).to_have_text("Please run the login tests.")
+    assert not receiver.turns.exists()
+
+    card.get_by_role("button", name="Pass it on").click()
+
+    expect(page.locator("#transcript .step .family")).to_have_text("reading files")
+    expect(page.locator("#transcript .msg.from-assistant")).to_have_text("The login tests pass.")
+    expect(card.locator(".badge")).to_have_text("read")
+    expect(card.get_by_role("button", name="Pass it on")).to_have_count(0)
+    expect(page.locator("#chat-title .badge")).to_have_text("idle")
+    assert still_the_same_page(tab)
+    message = ChatMessage.objects.get()
+    assert message.state == MessageState.READ
+    assert receiver.turns.get().started_by == StartedBy.MESSAGE
+
+
+def test_dismissing_a_held_message_turns_its_card_dismissed_and_starts_nothing(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    sender, receiver = held_pair(owner, agent, workspace)
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, receiver)
+    services.message_send(conversation=sender, text="Ask the login chat to run its tests")
+    card = message_card(page)
+    expect(card.locator(".badge")).to_have_text("held for you")
+
+    card.get_by_role("button", name="Dismiss").click()
+
+    expect(card.locator(".badge")).to_have_text("dismissed")
+    expect(card.get_by_role("button")).to_have_count(0)
+    assert still_the_same_page(tab)
+    assert ChatMessage.objects.get().state == MessageState.DISMISSED
+    assert not receiver.turns.exists()
+    expect(page.locator("#transcript .reply")).to_have_count(0)
+
+    # ⋯ on the card sets what this chat does with the next ones.
+    card.locator(".card-menu summary").click()
+    card.get_by_role("button", name="Turn them away").click()
+    expect(page.locator("#inbound-menu summary .tag")).to_have_text("Turn them away")
+    receiver.refresh_from_db()
+    assert receiver.inbound == Inbound.REFUSE
