@@ -32,6 +32,8 @@ TASK_CHANGED = "task.changed"
 CHATS_LISTED = "chats.listed"
 CHAT_MESSAGE = "chat.message"
 TURN_RUNNABLE = "turn.runnable"
+# A reply's words so far, while a model writes them: shown live, never stored.
+REPLY_TEXT = "reply.text"
 
 EVENT_TYPES = frozenset(
     {
@@ -42,6 +44,7 @@ EVENT_TYPES = frozenset(
         CHATS_LISTED,
         CHAT_MESSAGE,
         TURN_RUNNABLE,
+        REPLY_TEXT,
     }
 )
 
