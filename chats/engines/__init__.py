@@ -1,10 +1,17 @@
-"""Engines choose a reply's next action. ``engine_for`` picks a persona's engine."""
+"""Engines choose a reply's next action. ``engine_for`` picks a persona's engine.
+
+Conch's own engines are made the first time a persona needs one: ``scripted``
+(plays a chat's JSON script) and ``openai`` (any OpenAI-compatible endpoint,
+:mod:`chats.engines.openai_compat`). The ``openai`` engine also writes the
+recaps for its personas (:mod:`chats.summarize`).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from chats.engines.base import Engine, EngineError
+from chats.summarize import register_summarizer
 
 if TYPE_CHECKING:
     from chats.models import Agent
@@ -12,19 +19,45 @@ if TYPE_CHECKING:
 _engines: dict[str, Engine] = {}
 
 
+def _scripted() -> Engine:
+    from chats.engines.scripted import ScriptedEngine
+
+    return ScriptedEngine()
+
+
+def _openai() -> Engine:
+    from chats.engines.openai_compat import OpenAICompatEngine
+
+    return OpenAICompatEngine()
+
+
+BUILT_IN = {"scripted": _scripted, "openai": _openai}
+
+
 def register_engine(engine: Engine) -> None:
     _engines[engine.name] = engine
 
 
-def engine_for(agent: Agent) -> Engine:
-    # Every Conch plays scripts, even once a model engine registers itself first.
-    if "scripted" not in _engines:
-        from chats.engines.scripted import ScriptedEngine
+def engine_names() -> list[str]:
+    return sorted({*BUILT_IN, *_engines})
 
-        register_engine(ScriptedEngine())
+
+def engine_for(agent: Agent) -> Engine:
+    # A built-in engine is made when a persona first needs it; one registered by name wins.
+    if agent.engine not in _engines and agent.engine in BUILT_IN:
+        register_engine(BUILT_IN[agent.engine]())
     try:
         return _engines[agent.engine]
     except KeyError:
         raise EngineError(
             f"The persona {agent.slug!r} uses an engine Conch doesn't have: {agent.engine!r}."
         ) from None
+
+
+def _openai_summarizer(agent: Agent):
+    from chats.engines.openai_compat import summarizer_factory
+
+    return summarizer_factory(agent)
+
+
+register_summarizer("openai", _openai_summarizer)

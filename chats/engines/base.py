@@ -17,12 +17,19 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Line:
-    """One transcript line as an engine sees it."""
+    """One transcript line as an engine sees it.
+
+    Besides the entries, the transcript holds each step, where it happened:
+    ``role="tool", kind="step"``, its text the tool's result (or its error), its
+    data ``{"tool", "args", "step", "error"}``. ``turn`` is the reply's number,
+    None for a line outside any reply.
+    """
 
     role: str
     kind: str
     text: str
     data: dict[str, Any] = field(default_factory=dict)
+    turn: int | None = None
 
 
 @dataclass(frozen=True)
@@ -34,6 +41,9 @@ class EngineInput:
     notes: tuple[str, ...]
     tools: tuple[Tool, ...]
     state: dict[str, Any]
+    # Shows the reply's words so far in the page, live; returns False once the
+    # reply was stopped, so a model engine can stop generating.
+    on_text: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True)

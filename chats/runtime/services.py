@@ -51,6 +51,7 @@ from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered
 log = logging.getLogger(__name__)
 
 RESULT_LIMIT = 4_000
+STREAM_LIMIT = 20_000  # the most of a reply's live words one event carries
 CONCH_SYSTEM = (
     "You are an assistant working in Conch, in the folder this chat works in. "
     "Use the tools you are offered; say plainly what you changed."
@@ -525,12 +526,61 @@ def system_text_for(conversation: Conversation) -> str:
 
 def _transcript_loader(conversation: Conversation):
     def load() -> tuple[Line, ...]:
-        return tuple(
-            Line(role=e.role, kind=e.kind, text=e.text, data=e.data)
-            for e in conversation.entries.order_by("seq")
-        )
+        """The entries in order and, where each happened, every step with its result.
+
+        A step goes before the first entry written after it started, as the page shows it.
+        """
+        numbers = dict(conversation.turns.values_list("pk", "number"))
+        steps = [
+            (
+                s.started_at,
+                Line(
+                    role=EntryRole.TOOL,
+                    kind="step",
+                    text=s.error or s.result,
+                    data={"tool": s.tool, "args": s.args, "step": s.number, "error": bool(s.error)},
+                    turn=numbers.get(s.turn_id),
+                ),
+            )
+            for s in Step.objects.filter(turn__conversation=conversation).order_by(
+                "started_at", "turn_id", "number"
+            )
+        ]
+        lines: list[Line] = []
+        i = 0
+        for e in conversation.entries.order_by("seq"):
+            while i < len(steps) and steps[i][0] <= e.created_at:
+                lines.append(steps[i][1])
+                i += 1
+            turn = numbers.get(e.turn_id)
+            lines.append(Line(role=e.role, kind=e.kind, text=e.text, data=e.data, turn=turn))
+        lines.extend(line for _, line in steps[i:])
+        return tuple(lines)
 
     return load
+
+
+def _text_streamer(turn: Turn, worker: str):
+    """What a model engine calls with the reply's words so far: a ``reply.text`` event.
+
+    Nothing is stored: the words are an entry once the engine has chosen its
+    action. Returns False once the reply is no longer this worker's to run.
+    """
+
+    def push(text: str) -> bool:
+        if not _still_mine(turn.pk, worker):
+            return False
+        if len(text) > STREAM_LIMIT:
+            text = "…" + text[-STREAM_LIMIT:]
+        events.publish(
+            events.REPLY_TEXT,
+            owner_id=turn.conversation.owner_id,
+            conversation_id=turn.conversation.public_id,
+            data={"turn": turn.number, "text": text},
+        )
+        return True
+
+    return push
 
 
 def _gather_notes(turn: Turn, at_start: bool) -> list[str]:
@@ -598,6 +648,7 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
                 notes=tuple(notes),
                 tools=tuple(tools_offered(conversation)),
                 state=engine_state,
+                on_text=_text_streamer(turn, worker),
             )
         )
     except EngineError as exc:
