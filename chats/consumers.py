@@ -56,4 +56,5 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
             seq=message["seq"],
             conversation_id=message.get("conversation_id"),
             showing=self.showing,
+            data=message.get("data"),
         )

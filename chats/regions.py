@@ -179,11 +179,18 @@ def render_event(
     seq: int,
     conversation_id: str | None,
     showing: str | None,
+    data: dict[str, Any] | None = None,
 ) -> str:
     """What one socket pushes for one event: the sequence marker, then the regions
     the event's chat appears in: its sidebar row (or the whole list, when order or
-    membership may change), and, if this tab shows that chat, its page regions."""
+    membership may change), and, if this tab shows that chat, its page regions.
+    A reply's live words go only to the tab showing that chat, into its running reply."""
     parts = [render_seq(seq)]
+    if event == events.REPLY_TEXT:
+        if showing == conversation_id and data and data.get("turn"):
+            context = {"turn_number": data["turn"], "text": str(data.get("text", "")), "oob": True}
+            parts.append(render_region("reply-text", context))
+        return "\n".join(parts)
     if event in CARD_EVENTS:
         # A card changed (a look at the other chats, a message's state): only the
         # transcript of the tab showing that chat; its row is as it was.
