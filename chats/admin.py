@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from chats.models import (
     Agent,
@@ -75,12 +75,135 @@ class BindingInline(admin.TabularInline):
     fields = ["channel", "account_id", "peer", "parent_peer", "guild_id", "roles", "team_id"]
 
 
+# The model endpoint's settings, each kept under its key in Agent.engine_config.
+ENDPOINT_FIELDS = {
+    "model_base_url": "base_url",
+    "model_name": "model",
+    "model_context_tokens": "context_tokens",
+    "model_auth_profile": "auth_profile",
+}
+
+
+class EndpointFields(forms.Form):
+    """A persona's model endpoint as plain fields, stored in ``engine_config``.
+
+    Mixed into whichever agent form the admin uses. The JSON field keeps any
+    other engine settings (retries, timeout, temperature…).
+    """
+
+    model_base_url = forms.URLField(
+        label="Base URL",
+        required=False,
+        assume_scheme="http",
+        help_text="The endpoint's API root, e.g. http://127.0.0.1:11434/v1 for Ollama.",
+    )
+    model_name = forms.CharField(
+        label="Model", required=False, max_length=200, help_text="e.g. qwen2.5-coder:7b"
+    )
+    model_context_tokens = forms.IntegerField(
+        label="Context size (tokens)",
+        required=False,
+        min_value=256,
+        help_text="The model's context window. Older replies are recapped to fit it.",
+    )
+    model_auth_profile = forms.CharField(
+        label="Auth profile",
+        required=False,
+        max_length=64,
+        help_text="The name of this persona's auth profile whose secret is the API key. "
+        "Leave empty for a server that needs no key.",
+    )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        instance = getattr(self, "instance", None)
+        if "engine" in self.fields:
+            from chats.engines import engine_names
+
+            names = engine_names()
+            current = getattr(instance, "engine", "")
+            if current and current not in names:
+                names.append(current)
+            self.fields["engine"].widget = forms.Select(choices=[(n, n) for n in names])
+            self.fields["engine"].help_text = "openai: an OpenAI-compatible model endpoint."
+        config = dict(getattr(instance, "engine_config", None) or {})
+        for field, key in ENDPOINT_FIELDS.items():
+            if key in config:
+                self.initial.setdefault(field, config[key])
+        if "engine_config" in self.fields:
+            others = {k: v for k, v in config.items() if k not in ENDPOINT_FIELDS.values()}
+            self.initial["engine_config"] = others
+            self.fields[
+                "engine_config"
+            ].help_text = (
+                "Other engine settings, as JSON: retries, timeout, temperature, reserve_tokens."
+            )
+
+    def clean(self):
+        cleaned = super().clean()
+        if "engine_config" in self.fields:
+            config = dict(cleaned.get("engine_config") or {})
+        else:
+            config = dict(self.instance.engine_config or {})
+        for field, key in ENDPOINT_FIELDS.items():
+            value = cleaned.get(field)
+            if value in (None, ""):
+                config.pop(key, None)
+            else:
+                config[key] = value.strip() if isinstance(value, str) else value
+        if cleaned.get("engine", getattr(self.instance, "engine", "")) == "openai":
+            for field, key in (("model_base_url", "base_url"), ("model_name", "model")):
+                if not config.get(key) and not self.has_error(field):
+                    self.add_error(field, "A persona on the openai engine needs this.")
+        cleaned["engine_config"] = config
+        self.instance.engine_config = config
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "workspace", "is_default", "engine"]
     list_filter = ["is_default", "engine"]
     search_fields = ["slug", "name", "workspace"]
     inlines = [AuthProfileInline, BindingInline]
+    actions = ["check_connection"]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        base = kwargs.get("form", self.form)
+        if not issubclass(base, EndpointFields):
+            kwargs["form"] = type(f"Endpoint{base.__name__}", (EndpointFields, base), {})
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_fieldsets(self, request, obj=None):
+        fields = [f for f in self.get_fields(request, obj) if f not in ENDPOINT_FIELDS]
+        return [
+            (None, {"fields": fields}),
+            (
+                "Model endpoint",
+                {
+                    "fields": list(ENDPOINT_FIELDS),
+                    "description": "For the engine “openai”: any OpenAI-compatible endpoint "
+                    "(Ollama, llama.cpp, vLLM, LM Studio, a hosted API). Use the action "
+                    "“Test connection” on the list of agents to try it.",
+                },
+            ),
+        ]
+
+    @admin.action(description="Test connection to the model endpoint")
+    def check_connection(self, request, queryset) -> None:
+        from chats.engines.openai_compat import connection_test
+
+        for agent in queryset:
+            if agent.engine != "openai":
+                self.message_user(
+                    request,
+                    f"{agent.slug}: uses the “{agent.engine}” engine, which has no endpoint.",
+                    messages.WARNING,
+                )
+                continue
+            result = connection_test(agent)
+            level = messages.SUCCESS if result.ok else messages.ERROR
+            self.message_user(request, f"{agent.slug}: {result.message}", level)
 
 
 @admin.register(AuthProfile)
