@@ -1,7 +1,8 @@
 """The Engine protocol: given what a reply has so far, choose its next action.
 
-An engine never touches the database or runs a tool itself; the runtime does
-both, records the step, and hands the engine's new state back next time.
+An engine never writes to the database or runs a tool itself; the runtime does
+both, records the step, and hands the engine's new state back next time. (A
+model engine reads its own persona's settings and key, nothing else.)
 """
 
 from __future__ import annotations

@@ -65,6 +65,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
@@ -391,18 +392,22 @@ def _summary_text(line: Line) -> SummaryLine:
 
 
 _recaps: OrderedDict[str, str] = OrderedDict()
+_recaps_lock = threading.Lock()
 _RECAPS_KEPT = 256
 
 
 def _recap(agent: Agent, key: str, lines: list[Line], limit: int) -> str:
     """The recap of these lines, made once per cut and kept, so requests keep their bytes."""
-    if key in _recaps:
-        _recaps.move_to_end(key)
-        return _recaps[key]
+    with _recaps_lock:
+        if key in _recaps:
+            _recaps.move_to_end(key)
+            return _recaps[key]
+    # Made with no lock held: a model may take a while, and other chats' replies go on.
     text, _ = summarize(lambda: (_summary_text(line) for line in lines), agent=agent, limit=limit)
-    _recaps[key] = text
-    while len(_recaps) > _RECAPS_KEPT:
-        _recaps.popitem(last=False)
+    with _recaps_lock:
+        text = _recaps.setdefault(key, text)
+        while len(_recaps) > _RECAPS_KEPT:
+            _recaps.popitem(last=False)
     return text
 
 
