@@ -131,7 +131,7 @@ def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleo
                 )
                 == [("running a command",)]
             ),
-            timeout=60,
+            timeout=120,
             what="the waiter to let go and the target to be mid-command",
         )
         first.send_signal(signal.SIGKILL)
@@ -148,7 +148,7 @@ def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleo
                 )
                 == [("completed",)]
             ),
-            timeout=90,
+            timeout=180,
             what="the waiting chat to wake and finish its reply",
         )
         assert woken
