@@ -138,19 +138,7 @@ class SessionOriginInline(admin.StackedInline):
     can_delete = False
     extra = 0
     readonly_fields = [
-        "chat_type",
-        "channel",
-        "account_id",
-        "peer",
-        "group_id",
-        "thread_id",
-        "parent_peer",
-        "guild_id",
-        "team_id",
-        "job_id",
-        "reply_to",
-        "rule",
-        "dm_scope",
+        *SessionOrigin.ORIGIN_FIELDS,
         "previous",
         "started_because",
         "ended_because",

@@ -229,6 +229,23 @@ class ResetPolicy(models.Model):
 class SessionOrigin(models.Model):
     """Where a gateway session came from, the rule that chose its agent, and its generations."""
 
+    # What a new generation of the session carries over from the one before.
+    ORIGIN_FIELDS = (
+        "chat_type",
+        "channel",
+        "account_id",
+        "peer",
+        "group_id",
+        "thread_id",
+        "parent_peer",
+        "guild_id",
+        "team_id",
+        "job_id",
+        "reply_to",
+        "rule",
+        "dm_scope",
+    )
+
     conversation = models.OneToOneField(
         Conversation, on_delete=models.CASCADE, primary_key=True, related_name="gateway"
     )

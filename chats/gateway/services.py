@@ -467,24 +467,7 @@ def session_reset_after_reply(
         runtime.conversation_archive(conversation=chat)
         if not texts:
             return None  # the next message opens the next generation
-        fields = {
-            name: getattr(origin, name)
-            for name in (
-                "chat_type",
-                "channel",
-                "account_id",
-                "peer",
-                "group_id",
-                "thread_id",
-                "parent_peer",
-                "guild_id",
-                "team_id",
-                "job_id",
-                "reply_to",
-                "rule",
-                "dm_scope",
-            )
-        }
+        fields = {name: getattr(origin, name) for name in SessionOrigin.ORIGIN_FIELDS}
         fresh = session_start(
             owner=chat.owner,
             agent=chat.agent,
