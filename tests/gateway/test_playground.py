@@ -511,3 +511,12 @@ def _unescape(html: str) -> str:
     import html as html_module
 
     return html_module.unescape(html)
+
+
+def test_the_workspace_sidebar_links_to_the_playground(owner, agent):
+    client = Client()
+    client.force_login(owner)
+
+    page = client.get("/").content.decode()
+
+    assert f'<a href="{PAGE}">Routing playground</a>' in page
