@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -206,9 +207,12 @@ def _child(home: Path, *args: str) -> dict:
 
 def measure(sessions: int, entries: int) -> dict:
     home = Path(tempfile.mkdtemp(prefix="conch-bench-maint-"))
-    built = _child(home, "--child-build", str(sessions), str(entries))
-    ran = _child(home, "--child-run")
-    return {"built": built, "ran": ran, "home": str(home)}
+    try:
+        built = _child(home, "--child-build", str(sessions), str(entries))
+        ran = _child(home, "--child-run")
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return {"built": built, "ran": ran}
 
 
 def _django() -> None:
