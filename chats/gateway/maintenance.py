@@ -184,9 +184,9 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
         )
         busy = _busy([c.pk for c in locked])
         doomed = [c for c in locked if c.pk not in busy]
-        for chat in doomed:
+        if doomed:
             for hook in list(hooks.before_delete_hooks):
-                hook(chat)
+                hook(doomed)
         Conversation.objects.filter(pk__in=[c.pk for c in doomed]).delete()
         # One numbered event per chat, as a single delete sends, but numbered and sent
         # per owner in one go: thousands of pruned chats, one write and one hop each.

@@ -9,8 +9,9 @@ Each hook is a small registry filled when an app is ready:
 - ``turn_start_hooks``: run as a turn is taken up, before its first step, and
   may raise the chat's taint (messages from tainted chats are taken in here).
 - ``turn_end_hooks``: run after a turn ends, once its ending is committed.
-- ``before_delete_hooks``: run inside the transaction that deletes a chat,
-  holding its row lock (a deleted chat tells the chats that wrote to it).
+- ``before_delete_hooks``: run inside the transaction that deletes chats,
+  holding their row locks, with every chat of the batch at once (a deleted
+  chat tells the chats that wrote to it; maintenance prunes thousands).
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ class Note:
 
 NoteProvider = Callable[["Turn", bool], list[Note]]
 TurnHook = Callable[["Turn"], None]
-ChatHook = Callable[["Conversation"], None]
+ChatsHook = Callable[[list["Conversation"]], None]
 
 note_providers: list[NoteProvider] = []
 system_sections: list[tuple[int, str]] = []
 turn_start_hooks: list[TurnHook] = []
 turn_end_hooks: list[TurnHook] = []
-before_delete_hooks: list[ChatHook] = []
+before_delete_hooks: list[ChatsHook] = []
 
 
 def add_note_provider(provider: NoteProvider) -> None:
@@ -61,6 +62,6 @@ def add_turn_end_hook(hook: TurnHook) -> None:
         turn_end_hooks.append(hook)
 
 
-def add_before_delete_hook(hook: ChatHook) -> None:
+def add_before_delete_hook(hook: ChatsHook) -> None:
     if hook not in before_delete_hooks:
         before_delete_hooks.append(hook)

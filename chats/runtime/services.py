@@ -251,7 +251,7 @@ def conversation_delete(*, conversation: Conversation) -> None:
     with transaction.atomic():
         conversation = _lock_chat(conversation.pk)
         for hook in list(hooks.before_delete_hooks):
-            hook(conversation)
+            hook([conversation])
         open_turn = conversation.turns.filter(ended_at__isnull=True).first()
         if open_turn is not None:
             _turn_end_locked(conversation, open_turn, TurnState.STOPPED, "The chat was deleted.")

@@ -432,3 +432,19 @@ def test_the_status_stays_honest_when_the_sender_is_done(live):
     a.refresh_from_db()
     assert a.status == Status.IDLE
     assert ChatMessage.objects.get().state == MessageState.WAITING
+
+
+def test_deleting_many_chats_at_once_tells_each_writer_in_a_flat_number_of_queries(
+    live, django_assert_max_num_queries
+):
+    quiet = [live.chat(f"Quiet {n}", []) for n in range(40)]
+    with django_assert_max_num_queries(2):
+        msgs.on_delete(quiet)  # what maintenance calls for a batch of pruned chats
+    b, c = live.chat("B", []), live.chat("C", [])
+    a = live.chat("A", [[message(b, "to b"), message(c, "to c")]])
+    live.start(a)
+    drain()
+    msgs.on_delete([b, c])
+    notes = entries(a, EntryKind.NOTE)
+    assert sum("which this chat wrote to, was deleted" in n for n in notes) == 2
+    assert set(ChatMessage.objects.values_list("state", flat=True)) == {MessageState.NOT_DELIVERED}
