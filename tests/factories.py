@@ -66,3 +66,26 @@ class StepFactory(factory.django.DjangoModelFactory):
     tool = "read_file"
     family = "reading files"
     effect = "read"
+
+
+def agent_admin_form(agent, **fields) -> dict:
+    """The admin's agent change form, as posted, with ``fields`` changed (None leaves a field out)."""
+    data = {
+        "slug": agent.slug,
+        "name": agent.name,
+        "workspace": agent.workspace,
+        "allowed_tools": "[]",
+        "system_text": "",
+        "engine": agent.engine,
+        "engine_config": "{}",
+        "created_at_0": "2025-01-01",
+        "created_at_1": "00:00:00",
+        "auth_profiles-TOTAL_FORMS": "0",
+        "auth_profiles-INITIAL_FORMS": "0",
+        "bindings-TOTAL_FORMS": "0",
+        "bindings-INITIAL_FORMS": "0",
+    }
+    if agent.is_default:
+        data["is_default"] = "on"
+    data.update(fields)
+    return {k: v for k, v in data.items() if v is not None}

@@ -5,29 +5,9 @@ from __future__ import annotations
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
-from chats.models import Agent
 from tests.engines.conftest import MAIN_KEY, use_model
 from tests.engines.fake_openai import Status, Text, closed_port_url
-
-
-def agent_form(agent: Agent, **fields) -> dict:
-    data = {
-        "slug": agent.slug,
-        "name": agent.name,
-        "workspace": agent.workspace,
-        "allowed_tools": "[]",
-        "system_text": "",
-        "engine": agent.engine,
-        "engine_config": "{}",
-        "created_at_0": "2025-01-01",
-        "created_at_1": "00:00:00",
-        "auth_profiles-TOTAL_FORMS": "0",
-        "auth_profiles-INITIAL_FORMS": "0",
-        "bindings-TOTAL_FORMS": "0",
-        "bindings-INITIAL_FORMS": "0",
-    }
-    data.update(fields)
-    return data
+from tests.factories import agent_admin_form
 
 
 def said(response) -> list[str]:
@@ -40,7 +20,7 @@ def test_the_endpoint_fields_are_kept_in_engine_config_beside_the_other_settings
     url = reverse("admin:chats_agent_change", args=[model_agent.pk])
     response = admin_client.post(
         url,
-        agent_form(
+        agent_admin_form(
             model_agent,
             engine="openai",
             engine_config='{"retries": 1, "temperature": 0.2}',
@@ -69,7 +49,9 @@ def test_an_openai_persona_without_an_endpoint_is_refused_naming_the_field(
     admin_client, model_agent
 ):
     url = reverse("admin:chats_agent_change", args=[model_agent.pk])
-    response = admin_client.post(url, agent_form(model_agent, engine="openai", model_name="m"))
+    response = admin_client.post(
+        url, agent_admin_form(model_agent, engine="openai", model_name="m")
+    )
     assert response.status_code == 200
     form = response.context["adminform"].form
     assert form.errors["model_base_url"] == ["A persona on the openai engine needs this."]

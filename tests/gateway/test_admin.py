@@ -21,6 +21,7 @@ from chats.gateway.outbox import outbox_enqueue
 from chats.models import Agent, Binding, Conversation
 from chats.runtime import services
 from chats.runtime.runner import drain
+from tests.factories import agent_admin_form
 
 
 @pytest.fixture
@@ -151,32 +152,10 @@ def test_the_admin_saves_a_binding_that_ties_with_nothing(admin_client, populate
     assert Binding.objects.get(peer="carol").agent == personas["home"]
 
 
-def agent_form(agent, **fields):
-    data = {
-        "slug": agent.slug,
-        "name": agent.name,
-        "workspace": agent.workspace,
-        "allowed_tools": "[]",
-        "system_text": "",
-        "engine": agent.engine,
-        "engine_config": "{}",
-        "created_at_0": "2025-01-01",
-        "created_at_1": "00:00:00",
-        "auth_profiles-TOTAL_FORMS": "0",
-        "auth_profiles-INITIAL_FORMS": "0",
-        "bindings-TOTAL_FORMS": "0",
-        "bindings-INITIAL_FORMS": "0",
-    }
-    if agent.is_default:
-        data["is_default"] = "on"
-    data.update(fields)
-    return {k: v for k, v in data.items() if v is not None}
-
-
 def test_making_another_agent_the_default_leaves_exactly_one(admin_client, personas):
     work = personas["work"]
     response = admin_client.post(
-        reverse("admin:chats_agent_change", args=[work.pk]), agent_form(work, is_default="on")
+        reverse("admin:chats_agent_change", args=[work.pk]), agent_admin_form(work, is_default="on")
     )
     assert response.status_code == 302
     assert list(Agent.objects.filter(is_default=True).values_list("slug", flat=True)) == ["work"]
@@ -185,7 +164,7 @@ def test_making_another_agent_the_default_leaves_exactly_one(admin_client, perso
 def test_the_only_default_agent_cannot_be_unmade_or_deleted(admin_client, personas):
     main = personas["main"]
     response = admin_client.post(
-        reverse("admin:chats_agent_change", args=[main.pk]), agent_form(main, is_default=None)
+        reverse("admin:chats_agent_change", args=[main.pk]), agent_admin_form(main, is_default=None)
     )
     assert response.status_code == 200
     assert "exactly one default agent" in response.content.decode()
@@ -208,7 +187,7 @@ def test_two_new_rows_that_tie_on_one_agent_page_are_refused(admin_client, perso
         "bindings-1-roles": "[]",
     }
     response = admin_client.post(
-        reverse("admin:chats_agent_change", args=[work.pk]), agent_form(work, **rows)
+        reverse("admin:chats_agent_change", args=[work.pk]), agent_admin_form(work, **rows)
     )
     assert response.status_code == 200
     assert "would tie" in response.content.decode()
