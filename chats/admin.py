@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 
+from chats.forms import WriteOnlySecretMixin
 from chats.models import (
     Agent,
     AuthProfile,
@@ -41,7 +42,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
-class AuthProfileForm(forms.ModelForm):
+class AuthProfileForm(WriteOnlySecretMixin, forms.ModelForm):
     """Secrets are write-only here: the field starts empty, and empty keeps the old value."""
 
     secret = forms.CharField(
@@ -53,12 +54,6 @@ class AuthProfileForm(forms.ModelForm):
     class Meta:
         model = AuthProfile
         fields = ["agent", "name", "provider", "secret"]
-
-    def clean_secret(self) -> str:
-        value = self.cleaned_data.get("secret") or ""
-        if not value and self.instance.pk:
-            return self.instance.secret
-        return value
 
 
 class AuthProfileInline(admin.TabularInline):

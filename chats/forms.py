@@ -49,3 +49,17 @@ class NewChatForm(forms.Form):
         if not path.is_dir():
             raise forms.ValidationError(ERR_FOLDER_NOT_DIR.format(path=raw))
         return str(path.resolve())
+
+
+class WriteOnlySecretMixin:
+    """A ``secret`` field that starts empty and, left empty, keeps the stored value.
+
+    For admin forms of auth profiles and chat-app accounts: a secret is never
+    shown again once saved, and saving the form without retyping it loses nothing.
+    """
+
+    def clean_secret(self) -> str:
+        value = self.cleaned_data.get("secret") or ""
+        if not value and self.instance.pk:
+            return self.instance.secret
+        return value

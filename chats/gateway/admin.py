@@ -14,6 +14,7 @@ from django.db import transaction
 from django.forms.models import BaseInlineFormSet
 
 from chats.admin import AgentAdmin, BindingInline, ReadOnlyAdmin
+from chats.forms import WriteOnlySecretMixin
 from chats.gateway.models import (
     ChannelAccount,
     GatewayConfig,
@@ -280,7 +281,7 @@ class GatewayTokenAdmin(ReadOnlyAdmin):
     exclude = ["digest"]
 
 
-class ChannelAccountForm(forms.ModelForm):
+class ChannelAccountForm(WriteOnlySecretMixin, forms.ModelForm):
     secret = forms.CharField(
         required=False,
         label="Bot token",
@@ -291,12 +292,6 @@ class ChannelAccountForm(forms.ModelForm):
     class Meta:
         model = ChannelAccount
         fields = ["owner", "channel", "account_id", "secret"]
-
-    def clean_secret(self) -> str:
-        value = self.cleaned_data.get("secret") or ""
-        if not value and self.instance.pk:
-            return self.instance.secret
-        return value
 
 
 @admin.register(ChannelAccount)
