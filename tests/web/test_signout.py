@@ -134,6 +134,23 @@ async def test_the_admins_log_out_closes_the_sockets_too(owner, agent):
         await tab.disconnect()
 
 
+async def test_signing_out_closes_the_sockets_whatever_engine_keeps_the_sessions(
+    owner, agent, settings
+):
+    # In the cache no session row is deleted, so no post_delete: the sign-out itself tells.
+    settings.SESSION_ENGINE = "django.contrib.sessions.backends.cache"
+    client = await database_sync_to_async(browser)(owner)
+    tab = await open_socket(cookie_of(client))
+    try:
+        deadline = time.monotonic() + WITHIN
+        response = await database_sync_to_async(client.post)("/signout/")
+        assert response.status_code == 302
+
+        assert await closed_by(tab, deadline) == SIGNED_OUT
+    finally:
+        await tab.disconnect()
+
+
 def _expire_in(client: Client, seconds: int):
     session = client.session
     session.set_expiry(seconds)
