@@ -60,8 +60,9 @@ class SameOriginValidator:
         self.application = application
 
     async def __call__(self, scope, receive, send):
-        origin = _header(scope, b"origin")
-        if origin is None or origin != own_origin(scope):
+        own = own_origin(scope)
+        # A missing or doubled Origin is None, which is never our own origin.
+        if own is None or _header(scope, b"origin") != own:
             return await _deny(scope, receive, send)
         return await self.application(scope, receive, send)
 

@@ -33,6 +33,7 @@
   var lastSeq = parseInt(shellData('data-seq') || '0', 10);
   var opens = 0;
   var ownRetries = 0;
+  var leaving = false; // the page is navigating away
   var SEQ_MARK = /^\s*<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"/;
 
   // A gentler back-off than the extension's default (which can wait 64 s).
@@ -99,7 +100,6 @@
   });
 
   body.addEventListener('htmx:wsError', function () { setOnline(false); });
-  var leaving = false;
   window.addEventListener('beforeunload', function () { leaving = true; });
   window.addEventListener('offline', function () { setOnline(false); });
 
