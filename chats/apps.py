@@ -15,3 +15,6 @@ class ChatsConfig(AppConfig):
         from chats.gateway.wiring import connect_gateway
 
         connect_gateway()  # the gateway: its hooks, senders and sweeps
+        from chats.signout import connect_signout
+
+        connect_signout()  # a session that ends closes its sockets

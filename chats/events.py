@@ -116,6 +116,15 @@ def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
     async_to_sync(send_all)()
 
 
+def group_notify(group: str, message: dict[str, Any]) -> None:
+    """Send one unnumbered message to a group now: not a change to anyone's chats
+    but word to the sockets themselves (a session ended). At most once, like events."""
+    try:
+        _group_send(group, message)
+    except Exception:
+        log.warning("could not send %s to the channel layer", message.get("type"), exc_info=True)
+
+
 Subscriber = Callable[[Event], None]
 _subscribers: list[Subscriber] = []
 _subscribers_lock = threading.Lock()

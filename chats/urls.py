@@ -20,4 +20,5 @@ urlpatterns = [
     path("c/<str:public_id>/delete/", views.chat_delete, name="chat-delete"),
     path("signin/", views.signin, name="signin"),
     path("signin/<str:token>/", views.signin_token, name="signin-token"),
+    path("signout/", views.signout, name="signout"),
 ]

@@ -9,7 +9,7 @@ message, and a refused message keeps its text in the composer.
 
 from __future__ import annotations
 
-from django.contrib.auth import login
+from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -245,7 +245,7 @@ def chat_delete(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 # ---------------------------------------------------------------------------
-# Sign-in
+# Sign-in and sign-out
 
 
 @require_GET
@@ -262,3 +262,10 @@ def signin_token(request: HttpRequest, token: str) -> HttpResponse:
         return render(request, "signin.html", {"failed": True}, status=403)
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     return redirect("chats:home")
+
+
+@require_POST
+def signout(request: HttpRequest) -> HttpResponse:
+    """Sign out: the session is deleted, and with it every socket it opened (chats/signout.py)."""
+    logout(request)
+    return redirect("chats:signin")

@@ -94,11 +94,10 @@ DEBUG = envbool("CONCH_DEBUG", False)
 # Loopback names only: a DNS-rebinding page that points evil.example at
 # 127.0.0.1 is refused by Host.
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
-CSRF_TRUSTED_ORIGINS = [
-    "http://127.0.0.1",
-    "http://localhost",
-    "http://[::1]",
-]
+# None: Django then trusts only scheme://Host, the server's own origin, port and
+# all. An entry without a port would trust port 80, where any other program may
+# serve a page that sets the CSRF cookie and posts (another port is the same site).
+CSRF_TRUSTED_ORIGINS: list[str] = []
 
 INSTALLED_APPS = [
     "daphne",
@@ -119,7 +118,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
+    "conch.csrf.OwnOriginCsrfViewMiddleware",  # Django's, and no Origin needs our Referer
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -9,6 +9,8 @@
  * - The socket reconnects after any close. The ws extension only retries
  *   after an abnormal close (1006, 1011-1013); Daphne's websocket_timeout
  *   closes cleanly (1000), so that and every other close are retried here.
+ * - A socket closed because the session ended (signed out, expired) reloads
+ *   the page, which then asks for the sign-in.
  * - The tab says when it is offline.
  * - The composer: Enter sends, Shift+Enter makes a new line; it shows
  *   "Sending…", clears only after the server took the message, and keeps
@@ -20,6 +22,7 @@
   'use strict';
 
   var RETRYING_CODES = [1006, 1011, 1012, 1013]; // the ws extension retries these itself
+  var SIGNED_OUT = 4401; // the session ended (chats/consumers.py): reload, to the sign-in
   var body = document.body;
 
   function shellData(name) {
@@ -30,6 +33,7 @@
   var lastSeq = parseInt(shellData('data-seq') || '0', 10);
   var opens = 0;
   var ownRetries = 0;
+  var leaving = false; // the page is navigating away
   var SEQ_MARK = /^\s*<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"/;
 
   // A gentler back-off than the extension's default (which can wait 64 s).
@@ -79,6 +83,12 @@
     setOnline(false);
     var code = evt.detail.event && evt.detail.event.code;
     body.setAttribute('data-socket-closed', String(code));
+    if (code === SIGNED_OUT) {
+      // A tab already navigating (its own Sign out) is on its way to the sign-in:
+      // don't race it, unless it is somehow still here a moment later.
+      window.setTimeout(function () { window.location.reload(); }, leaving ? 3000 : 0);
+      return;
+    }
     var wrapper = evt.detail.socketWrapper;
     if (RETRYING_CODES.indexOf(code) >= 0 || !wrapper || !body.contains(evt.target)) { return; }
     // A clean close from the server (its timeout, a restart): reconnect ourselves.
@@ -90,6 +100,7 @@
   });
 
   body.addEventListener('htmx:wsError', function () { setOnline(false); });
+  window.addEventListener('beforeunload', function () { leaving = true; });
   window.addEventListener('offline', function () { setOnline(false); });
 
   body.addEventListener('htmx:wsBeforeMessage', function (evt) {

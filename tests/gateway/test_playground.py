@@ -455,7 +455,7 @@ def test_the_playground_needs_the_sign_in(db, method, path):
 
 
 def test_a_post_without_the_csrf_token_is_refused(owner, agent):
-    client = Client(enforce_csrf_checks=True)
+    client = Client(enforce_csrf_checks=True, headers={"Origin": "http://testserver"})
     client.force_login(owner)
 
     response = client.post(
@@ -467,7 +467,7 @@ def test_a_post_without_the_csrf_token_is_refused(owner, agent):
 
 
 def test_a_post_with_the_token_from_hx_headers_is_accepted(owner, agent):
-    client = Client(enforce_csrf_checks=True)
+    client = Client(enforce_csrf_checks=True, headers={"Origin": "http://testserver"})
     client.force_login(owner)
     page = client.get(PAGE).content.decode()
     token = re.search(r"hx-headers='\{\"X-CSRFToken\": \"(\w+)\"\}'", page).group(1)
@@ -483,7 +483,7 @@ def test_a_post_with_the_token_from_hx_headers_is_accepted(owner, agent):
 
 
 def test_every_form_carries_its_token_for_plain_posts(owner, agent):
-    client = Client(enforce_csrf_checks=True)
+    client = Client(enforce_csrf_checks=True, headers={"Origin": "http://testserver"})
     client.force_login(owner)
     page = client.get(PAGE).content.decode()
 

@@ -69,3 +69,48 @@ async def test_an_event_published_in_another_process_reaches_the_owners_group(sc
     finally:
         await layer.flush()
         await layer.close_pools()
+
+
+# Run in child manage.py processes: one signs the owner in, another signs that session out.
+SIGN_IN = """
+from django.contrib.auth import get_user_model
+from django.conf import settings
+from django.test import Client
+from chats.signout import session_group
+
+client = Client()
+client.force_login(get_user_model().objects.create(username="owner"))
+key = client.cookies[settings.SESSION_COOKIE_NAME].value
+print("signed-in", key, session_group(key))
+"""
+SIGN_OUT = """
+import os
+from django.conf import settings
+from django.test import Client
+
+client = Client(headers={"Host": "127.0.0.1:8000"})
+client.cookies[settings.SESSION_COOKIE_NAME] = os.environ["SESSION"]
+assert client.get("/").status_code == 200  # signed in, so the sign-out has something to end
+assert client.post("/signout/").status_code == 302
+"""
+
+
+async def test_a_sign_out_in_another_process_reaches_that_sessions_sockets(scaleout):
+    await asyncio.to_thread(manage_ok, "migrate", "--noinput", "-v0", env=scaleout.env)
+    signed_in = await asyncio.to_thread(manage_ok, "shell", "-c", SIGN_IN, env=scaleout.env)
+    (line,) = [line for line in signed_in.stdout.splitlines() if line.startswith("signed-in ")]
+    _, session, group = line.split()
+    layer = RedisChannelLayer(hosts=[REDIS_URL], prefix=scaleout.channel_prefix)
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+
+        await asyncio.to_thread(
+            manage_ok, "shell", "-c", SIGN_OUT, env={**scaleout.env, "SESSION": session}
+        )
+
+        message = await asyncio.wait_for(layer.receive(channel), timeout=10)
+        assert message == {"type": "session.ended"}
+    finally:
+        await layer.flush()
+        await layer.close_pools()

@@ -27,6 +27,9 @@ def socket(
     path: str = "/ws/",
     host: str | None = HOST,
     origin: str | None = ORIGIN,
+    scheme: str | None = None,
+    extra_headers: list[tuple[bytes, bytes]] = (),
+    app=application,
 ) -> WebsocketCommunicator:
     headers = []
     if host is not None:
@@ -35,7 +38,13 @@ def socket(
         headers.append((b"origin", origin.encode()))
     if cookie is not None:
         headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
+    headers.extend(extra_headers)
+    communicator = WebsocketCommunicator(app, path, headers=headers)
+    if scheme is not None:
+        # Daphne puts "wss" here behind TLS; the communicator has no argument for it,
+        # and the application hasn't started yet, so setting it now is what it sees.
+        communicator.scope["scheme"] = scheme
+    return communicator
 
 
 def seq_of(message: str) -> tuple[int, str]:

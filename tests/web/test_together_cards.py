@@ -564,7 +564,7 @@ def test_no_session_no_press_not_even_with_the_gateway_token(held, owner):
 
 def test_a_press_without_the_csrf_token_is_refused(held, owner):
     sender, receiver, message = held
-    browser = Client(enforce_csrf_checks=True)
+    browser = Client(enforce_csrf_checks=True, headers={"Origin": "http://testserver"})
     browser.force_login(owner)
 
     response = browser.post(press_url(receiver, message), {"action": "pass"})
