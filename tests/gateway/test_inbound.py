@@ -153,6 +153,7 @@ def test_the_same_message_id_on_another_account_or_channel_is_another_message(
         (body(chat_type="cron"), "job_id"),
         (body(member_roles="mod", guild_id="G"), "member_roles"),
         (body(member_roles=["mod"]), "member_roles"),
+        (body(member_roles=["mo\x07d"], guild_id="G"), "member_roles"),
         (body(account_id="*"), "account_id"),
         (body(surprise=1), "surprise"),
     ],
@@ -261,6 +262,22 @@ async def test_a_body_with_no_honest_length_is_cut_off_at_the_limit(owner, agent
     response = await communicator.get_response(timeout=10)
     assert response["status"] == 413
     assert json.loads(response["body"]) == {"error": ERR_TOO_BIG, "field": "body"}
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(
+    client, agent, gateway_token
+):
+    response = client.generic(
+        "POST",
+        URL,
+        json.dumps(body()),  # small: only the declared length says otherwise
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {gateway_token}",
+        CONTENT_LENGTH=str(BODY_LIMIT + 1),
+    )
+    assert response.status_code == 413
+    assert response.json() == {"error": ERR_TOO_BIG, "field": "body"}
+    assert not InboundRecord.objects.exists()
 
 
 def test_a_content_length_that_is_not_a_number_gets_a_400(client, agent, gateway_token):
