@@ -281,21 +281,22 @@ def _entry_from(line: dict[str, Any], where: str, next_seq: int) -> Entry | None
     )
 
 
+def _new_workspace(slug: str) -> Path:
+    return Path(settings.CONCH_HOME) / "workspaces" / slug
+
+
 def _agent_for(slug: str) -> tuple[Agent, bool]:
     agent = Agent.objects.filter(slug=slug).first()
     if agent is not None:
         return agent, False
-    return Agent.objects.create(
-        slug=slug, name=slug.title(), workspace=str(_workspace_for(slug))
-    ), True
+    workspace = str(_new_workspace(slug))
+    return Agent.objects.create(slug=slug, name=slug.title(), workspace=workspace), True
 
 
 def _workspace_for(slug: str) -> Path:
     """The persona's own workspace: its stored one, or where a new one's will be."""
-    agent = Agent.objects.filter(slug=slug).first()
-    if agent is not None:
-        return Path(agent.workspace)
-    return Path(settings.CONCH_HOME) / "workspaces" / slug
+    workspace = Agent.objects.filter(slug=slug).values_list("workspace", flat=True).first()
+    return Path(workspace) if workspace is not None else _new_workspace(slug)
 
 
 @dataclass(frozen=True)
