@@ -216,17 +216,37 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = CONCH_HOME / "static"
 
+# Every error with its traceback, DEBUG or not: a request's 500 (django.request),
+# an exception that escapes the app, a socket's included (Daphne reports those),
+# and Conch's own. The console says them too, but nobody may be watching it.
+ERROR_LOG = CONCH_HOME / "logs" / "errors.log"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "errors": {
+            "class": "conch.logs.PrivateRotatingFileHandler",
+            "filename": str(ERROR_LOG),
+            "maxBytes": 5_000_000,
+            "backupCount": 5,
+            "encoding": "utf-8",
+            "delay": True,  # no file until there is an error to write
+            "level": "ERROR",
+            "formatter": "plain",
+        },
     },
     "loggers": {
-        "conch": {"handlers": ["console"], "level": _env("CONCH_LOG_LEVEL") or "INFO"},
-        "chats": {"handlers": ["console"], "level": _env("CONCH_LOG_LEVEL") or "INFO"},
-        "together": {"handlers": ["console"], "level": _env("CONCH_LOG_LEVEL") or "INFO"},
+        "conch": {"handlers": ["console", "errors"], "level": _env("CONCH_LOG_LEVEL") or "INFO"},
+        "chats": {"handlers": ["console", "errors"], "level": _env("CONCH_LOG_LEVEL") or "INFO"},
+        "together": {
+            "handlers": ["console", "errors"],
+            "level": _env("CONCH_LOG_LEVEL") or "INFO",
+        },
+        # No level here: their warnings (a 404, a 400) still reach Django's console.
+        "django.request": {"handlers": ["errors"]},
+        "daphne": {"handlers": ["errors"]},
     },
 }
 

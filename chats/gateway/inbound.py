@@ -7,6 +7,7 @@ same way everywhere, with the field at fault named.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,20 @@ ID_LIMIT = 128
 MESSAGE_ID_LIMIT = 200
 DEFAULT_ACCOUNT = "default"
 CHANNEL_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+# A door's body, in bytes: an inbound message is at most TEXT_LIMIT characters of
+# words (six bytes each as \uXXXX escapes) and a few ids, and a Telegram Update
+# carrying one is far smaller than this.
+BODY_LIMIT = 1_000_000
+# How deep a body's objects and lists may nest. An inbound message nests two
+# levels and a Telegram Update about six; Python's parser stops near a thousand
+# with a RecursionError, and nothing deeper than this is ever read.
+DEPTH_LIMIT = 32
+
+ERR_NOT_JSON = "must be JSON ({detail})."
+ERR_TOO_DEEP = f"is nested too deeply: at most {DEPTH_LIMIT} levels of objects and lists."
+ERR_TOO_BIG = f"is too large: at most {BODY_LIMIT:,} bytes."
+ERR_SURROGATE = "must be Unicode text: it holds a lone surrogate (an unpaired \\ud800-\\udfff)."
+ERR_NUL = "must not contain NUL characters."
 
 FIELDS = (
     "channel",
@@ -43,6 +58,63 @@ class InboundError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class BodyTooLarge(InboundError):
+    """A body over :data:`BODY_LIMIT`: the web doors answer 413 rather than 400."""
+
+    def __init__(self) -> None:
+        super().__init__("body", ERR_TOO_BIG)
+
+
+def _depth_over_limit(value: Any) -> bool:
+    """Whether objects and lists nest deeper than DEPTH_LIMIT; iterative, so no depth can break it."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > DEPTH_LIMIT:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def inbound_json(raw: bytes | str) -> Any:
+    """Decode a door's JSON body, refusing what can't be read or nests too deeply.
+
+    Raises :class:`InboundError` naming ``body``. The size limit is the caller's
+    to enforce, before it reads: by here the bytes are already in memory.
+    """
+    try:
+        value = json.loads(raw or b"")
+    except RecursionError:
+        raise InboundError("body", ERR_TOO_DEEP) from None
+    except ValueError as exc:  # bad bytes (UnicodeDecodeError), a 5,000-digit number…
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+        raise InboundError("body", ERR_NOT_JSON.format(detail=detail)) from None
+    if _depth_over_limit(value):
+        raise InboundError("body", ERR_TOO_DEEP)
+    return value
+
+
+def text_check(value: str, field: str) -> str:
+    """Refuse text no database can store as it is; returns it unchanged.
+
+    JSON's ``\\ud800`` escapes decode to a lone surrogate, which has no UTF-8
+    form, and PostgreSQL's text can't hold NUL: either would fail at the write.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InboundError(field, ERR_SURROGATE) from None
+    if "\x00" in value:
+        raise InboundError(field, ERR_NUL)
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +169,7 @@ def _text_field(raw: dict[str, Any], name: str, *, limit: int = ID_LIMIT) -> str
         return ""
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise InboundError(name, "must be text (or a whole number for an id).")
-    value = str(value).strip()
+    value = text_check(str(value), name).strip()
     if len(value) > limit:
         raise InboundError(name, f"is at most {limit} characters.")
     if any(ord(ch) < 32 for ch in value):
@@ -157,16 +229,19 @@ def inbound_parse(raw: Any) -> Inbound:
         raise InboundError("member_roles", "must be a list of role ids.")
     if len(roles) > 256:
         raise InboundError("member_roles", "has at most 256 roles.")
-    member_roles = tuple(sorted({str(r).strip() for r in roles if str(r).strip()}))
+    roles = [text_check(str(r), "member_roles").strip() for r in roles]
+    member_roles = tuple(sorted({r for r in roles if r}))
     if any(len(r) > ID_LIMIT for r in member_roles):
         raise InboundError("member_roles", f"each role id is at most {ID_LIMIT} characters.")
+    if any(any(ord(ch) < 32 for ch in r) for r in member_roles):
+        raise InboundError("member_roles", "must not contain control characters.")
     if member_roles and not fields["guild_id"]:
         raise InboundError("member_roles", "roles belong to a guild: guild_id is required.")
 
     text = raw.get("text")
     if not isinstance(text, str):
         raise InboundError("text", "is required, as text.")
-    text = text.strip()
+    text = text_check(text, "text").strip()
     if not text:
         raise InboundError("text", "needs some words.")
     if len(text) > TEXT_LIMIT:

@@ -15,6 +15,13 @@ chats (no key) as ``conch:<sessionId>``. Every entry names its own
 
 Both directions stream: a transcript is written and read line by line, and
 entries are inserted in batches.
+
+An archive brings no trust of its own. Its mode, taint and folder are its
+say-so, and it may have been written by anyone: an imported chat starts in
+Ask mode, tainted at least ``untrusted`` (more if the archive says so), in a
+folder that exists and that the person confirmed or gave. So the import is
+two steps: :func:`sessions_plan` reads and checks everything, writing
+nothing, and :func:`sessions_import` writes what was shown.
 """
 
 from __future__ import annotations
@@ -32,7 +39,17 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from chats.gateway.models import SessionOrigin
-from chats.models import Agent, Conversation, Entry, EntryKind, EntryRole, Mode, Origin, Taint
+from chats.models import (
+    TAINT_ORDER,
+    Agent,
+    Conversation,
+    Entry,
+    EntryKind,
+    EntryRole,
+    Mode,
+    Origin,
+    Taint,
+)
 
 FORMAT_VERSION = 1
 INSERT_BATCH = 1_000
@@ -60,6 +77,13 @@ ORIGIN_FIELDS = {
     "startedBecause": "started_because",
     "endedBecause": "ended_because",
 }
+
+
+ERR_NO_FOLDER = (
+    "{where}: {whose} {folder} does not exist. Make it, or give the imported chats "
+    "one folder with --folder."
+)
+ERR_NO_GIVEN_FOLDER = "--folder {folder} does not exist, or is not a folder."
 
 
 class InteropError(ValueError):
@@ -257,16 +281,131 @@ def _entry_from(line: dict[str, Any], where: str, next_seq: int) -> Entry | None
     )
 
 
+def _new_workspace(slug: str) -> Path:
+    return Path(settings.CONCH_HOME) / "workspaces" / slug
+
+
 def _agent_for(slug: str) -> tuple[Agent, bool]:
     agent = Agent.objects.filter(slug=slug).first()
     if agent is not None:
         return agent, False
-    workspace = Path(settings.CONCH_HOME) / "workspaces" / slug
-    return Agent.objects.create(slug=slug, name=slug.title(), workspace=str(workspace)), True
+    workspace = str(_new_workspace(slug))
+    return Agent.objects.create(slug=slug, name=slug.title(), workspace=workspace), True
 
 
-def sessions_import(*, root: Path, owner) -> ImportReport:
-    report = ImportReport()
+def _workspace_for(slug: str) -> Path:
+    """The persona's own workspace: its stored one, or where a new one's will be."""
+    workspace = Agent.objects.filter(slug=slug).values_list("workspace", flat=True).first()
+    return Path(workspace) if workspace is not None else _new_workspace(slug)
+
+
+@dataclass(frozen=True)
+class PlannedSession:
+    """One session the archive holds and the import would make: checked, not yet written."""
+
+    agent: str
+    index_path: Path
+    key: str
+    item: dict[str, Any]
+    folder: Path
+
+    @property
+    def session_id(self) -> str:
+        return self.item["sessionId"]
+
+    @property
+    def title(self) -> str:
+        return str(self.item.get("title") or self.item.get("sessionKey") or self.session_id)[:120]
+
+
+@dataclass
+class ImportPlan:
+    """What an archive would bring in, read once: the confirmation shows it, the import writes it.
+
+    ``items`` keeps every index entry in order, skipped ones too, so that
+    generations can be linked once the sessions exist.
+    """
+
+    root: Path
+    sessions: list[PlannedSession] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    items: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def by_folder(self) -> dict[Path, list[PlannedSession]]:
+        grouped: dict[Path, list[PlannedSession]] = {}
+        for planned in self.sessions:
+            grouped.setdefault(planned.folder, []).append(planned)
+        return grouped
+
+
+def _skip_reason(session_id: str, session_key: str | None, archived: bool) -> str | None:
+    if Conversation.objects.filter(public_id=session_id).exists():
+        return f"{session_id}: a chat with this id exists already"
+    if (
+        session_key
+        and not archived
+        and Conversation.objects.filter(session_key=session_key, archived=False).exists()
+    ):
+        return f"{session_id}: a live session with the key {session_key} exists"
+    return None
+
+
+def _folder_for(where: str, item: dict[str, Any], agent: str, given: Path | None) -> Path:
+    """Where the imported chat will work: the one given, else the archive's, else the persona's.
+
+    It must exist: an archive is someone's say-so, and a chat set to work in a
+    folder that isn't there would fail at its first step, or work in whatever
+    appears there later.
+    """
+    if given is not None:
+        return given
+    claimed = item.get("folder")
+    if claimed in (None, ""):
+        folder = _workspace_for(agent)
+        whose = f"the persona {agent}'s workspace"
+    elif not isinstance(claimed, str):
+        raise InteropError(f"{where}: folder must be text.")
+    else:
+        folder = Path(claimed)
+        whose = "its folder"
+        if not folder.is_absolute():
+            raise InteropError(f"{where}: folder must be an absolute path (got {claimed!r}).")
+    if not folder.is_dir():
+        raise InteropError(ERR_NO_FOLDER.format(where=where, whose=whose, folder=folder))
+    return folder.resolve()
+
+
+def _check_item(where: str, index_path: Path, item: dict[str, Any]) -> None:
+    session_id = item.get("sessionId")
+    if not isinstance(session_id, str) or not session_id or len(session_id) > 32:
+        raise InteropError(f"{where}: sessionId must be text of at most 32 characters.")
+    session_key = item.get("sessionKey")
+    if session_key is not None and not isinstance(session_key, str):
+        raise InteropError(f"{where}: sessionKey must be text or null.")
+    transcript = index_path.parent / str(item.get("sessionFile") or f"{session_id}.jsonl")
+    if not transcript.exists():
+        raise InteropError(f"{where}: its transcript {transcript.name} is missing.")
+    _when(item.get("sessionStartedAt"), f"{where} sessionStartedAt")
+    for name, choices, default in (
+        ("origin", Origin.values, Origin.OWN),
+        ("taint", Taint.values, Taint.NONE),
+        ("mode", Mode.values, Mode.AUTO),
+    ):
+        if item.get(name, default) not in choices:
+            raise InteropError(f"{where}: {name} must be one of {', '.join(choices)}.")
+
+
+def sessions_plan(*, root: Path, folder: Path | None = None) -> ImportPlan:
+    """Read and check an archive, writing nothing. ``folder`` replaces every session's own.
+
+    Raises :class:`InteropError` naming the file (and session) at fault,
+    including a folder that does not exist.
+    """
+    if folder is not None:
+        if not folder.is_dir():
+            raise InteropError(ERR_NO_GIVEN_FOLDER.format(folder=folder))
+        folder = folder.resolve()
+    plan = ImportPlan(root=root)
     agents_dir = root / "agents"
     if not agents_dir.is_dir():
         raise InteropError(f"{root}: there is no agents/ folder here.")
@@ -277,73 +416,95 @@ def sessions_import(*, root: Path, owner) -> ImportReport:
         try:
             index = json.loads(index_path.read_text(encoding="utf-8"))
         except ValueError as exc:
-            raise InteropError(f"{index_path}: not JSON ({exc.msg}).") from None
+            raise InteropError(f"{index_path}: not JSON ({exc}).") from None
         if not isinstance(index, dict):
             raise InteropError(f"{index_path}: the index must be an object keyed by session.")
-        agent, _ = _agent_for(agent_dir.name)
-        report.agents += 1
-        made: dict[str, Conversation] = {}
         items = sorted(
             ((k, v) for k, v in index.items() if isinstance(v, dict)),
             key=lambda kv: (kv[1].get("sessionStartedAt") or 0, kv[0]),
         )
+        plan.items[agent_dir.name] = [item for _key, item in items]
         for key, item in items:
-            chat = _import_one(agent, owner, index_path, key, item, report)
-            if chat is not None:
-                made[chat.public_id] = chat
-        for _key, item in items:  # generations link once all of them exist
+            where = f"{index_path} [{key}]"
+            _check_item(where, index_path, item)
+            skip = _skip_reason(
+                item["sessionId"], item.get("sessionKey"), bool(item.get("archived"))
+            )
+            if skip:
+                plan.skipped.append(skip)
+                continue
+            plan.sessions.append(
+                PlannedSession(
+                    agent=agent_dir.name,
+                    index_path=index_path,
+                    key=key,
+                    item=item,
+                    folder=_folder_for(where, item, agent_dir.name, folder),
+                )
+            )
+    return plan
+
+
+def _imported_taint(claimed: str | None) -> str:
+    """At least ``untrusted``: the transcript was read from a file, and a file can say anything.
+
+    An archive can't be told from one someone edited, and its assistant and
+    tool lines are read back by the model as the chat's own history. So it is
+    what reading something from outside makes a chat, or more if it says so.
+    """
+    claimed = claimed or Taint.NONE
+    return max((Taint(claimed), Taint.UNTRUSTED), key=TAINT_ORDER.__getitem__)
+
+
+def sessions_import(*, plan: ImportPlan, owner) -> ImportReport:
+    """Write what :func:`sessions_plan` read. Every chat starts in Ask mode, tainted at least untrusted."""
+    report = ImportReport(skipped=list(plan.skipped))
+    made: dict[str, Conversation] = {}
+    agents: dict[str, Agent] = {}
+    for slug in plan.items:
+        agents[slug], _ = _agent_for(slug)
+        report.agents += 1
+    for planned in plan.sessions:
+        chat = _import_one(agents[planned.agent], owner, planned, report)
+        if chat is not None:
+            made[chat.public_id] = chat
+    for slug, items in plan.items.items():  # generations link once all of them exist
+        for item in items:
             previous = item.get("previousSessionId")
             if previous and item.get("sessionId") in made:
-                target = Conversation.objects.filter(public_id=previous, agent=agent).first()
+                target = Conversation.objects.filter(public_id=previous, agent=agents[slug]).first()
                 SessionOrigin.objects.filter(pk=made[item["sessionId"]].pk).update(previous=target)
     return report
 
 
 def _import_one(
-    agent: Agent, owner, index_path: Path, key: str, item: dict[str, Any], report: ImportReport
+    agent: Agent, owner, planned: PlannedSession, report: ImportReport
 ) -> Conversation | None:
-    where = f"{index_path} [{key}]"
-    session_id = item.get("sessionId")
-    if not isinstance(session_id, str) or not session_id or len(session_id) > 32:
-        raise InteropError(f"{where}: sessionId must be text of at most 32 characters.")
-    if Conversation.objects.filter(public_id=session_id).exists():
-        report.skipped.append(f"{session_id}: a chat with this id exists already")
-        return None
+    item, session_id = planned.item, planned.session_id
+    where = f"{planned.index_path} [{planned.key}]"
     session_key = item.get("sessionKey")
-    if session_key is not None and not isinstance(session_key, str):
-        raise InteropError(f"{where}: sessionKey must be text or null.")
     archived = bool(item.get("archived"))
-    if (
-        session_key
-        and not archived
-        and Conversation.objects.filter(session_key=session_key, archived=False).exists()
-    ):
-        report.skipped.append(f"{session_id}: a live session with the key {session_key} exists")
+    skip = _skip_reason(session_id, session_key, archived)  # again: the plan may be old
+    if skip:
+        report.skipped.append(skip)
         return None
-    transcript = index_path.parent / str(item.get("sessionFile") or f"{session_id}.jsonl")
-    if not transcript.exists():
-        raise InteropError(f"{where}: its transcript {transcript.name} is missing.")
+    transcript = planned.index_path.parent / str(item.get("sessionFile") or f"{session_id}.jsonl")
     started = _when(item.get("sessionStartedAt"), f"{where} sessionStartedAt")
-    for name, choices, default in (
-        ("origin", Origin.values, Origin.OWN),
-        ("taint", Taint.values, Taint.NONE),
-        ("mode", Mode.values, Mode.AUTO),
-    ):
-        if item.get(name, default) not in choices:
-            raise InteropError(f"{where}: {name} must be one of {', '.join(choices)}.")
     with transaction.atomic():
         chat = Conversation.objects.create(
             public_id=session_id,
             owner=owner,
             agent=agent,
-            title=str(item.get("title") or session_key or session_id)[:120],
+            title=planned.title,
             origin=item.get("origin") or "own",
             origin_channel=str(item.get("originChannel") or "")[:32],
-            folder=str(item.get("folder") or agent.workspace),
+            folder=str(planned.folder),
             archived=archived,
             pinned=bool(item.get("pinned")),
-            taint=item.get("taint") or "none",
-            mode=item.get("mode") or "auto",
+            # The archive's word is no grant: see _imported_taint, and Ask until
+            # the person chooses otherwise for this chat.
+            taint=_imported_taint(item.get("taint")),
+            mode=Mode.ASK,
             session_key=session_key or None,
             session_started_at=started,
             last_interaction_at=_when(

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 
-from chats.gateway.inbound import Inbound, InboundError, inbound_parse
+from chats.gateway.inbound import Inbound, InboundError, inbound_parse, text_check
 from chats.gateway.models import ChannelAccount, ChatType, OutboxMessage
 from chats.gateway.outbox import DeliveryError, outbox_part_sent
 
@@ -73,13 +73,13 @@ def telegram_inbound(update: Any, *, account_id: str) -> tuple[Inbound, dict[str
         raise InboundError(f"{where}.from", "must be an object.")
     sender_id = _int_field(sender.get("id"), f"{where}.from.id")
     message_id = _int_field(message.get("message_id"), f"{where}.message_id")
-    text = message.get("text")
-    if text is None:
-        text = message.get("caption")
+    words = "text" if message.get("text") is not None else "caption"
+    text = message.get(words)
     if text is None or (isinstance(text, str) and not text.strip()):
         return None  # a sticker, a photo without a caption…
     if not isinstance(text, str):
-        raise InboundError(f"{where}.text", "must be text.")
+        raise InboundError(f"{where}.{words}", "must be text.")
+    text_check(text, f"{where}.{words}")
 
     thread_id = message.get("message_thread_id")
     is_topic = bool(message.get("is_topic_message")) and thread_id is not None

@@ -13,8 +13,6 @@ rules live in :mod:`chats.gateway.playground`.
 
 from __future__ import annotations
 
-import json
-
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -23,7 +21,15 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from chats.gateway import playground as pg
-from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
+from chats.gateway.inbound import (
+    BODY_LIMIT,
+    FIELDS,
+    BodyTooLarge,
+    InboundError,
+    inbound_json,
+    inbound_parse,
+    text_check,
+)
 from chats.gateway.models import ChannelAccount, ChatType, DmScope
 from chats.gateway.routing import AgentRef
 from chats.gateway.selectors import gateway_config
@@ -41,7 +47,7 @@ from chats.runtime.services import ConchError, default_agent
 ERR_NO_TOKEN = "A gateway token is required: Authorization: Bearer <token>."
 ERR_BAD_TOKEN = "That gateway token is not valid."
 ERR_BAD_SECRET = "The webhook's secret token is missing or wrong."
-ERR_NOT_JSON = "The body must be JSON."
+ERR_BAD_LENGTH = "Content-Length must be a whole number of bytes."
 
 
 def _refused(message: str, status: int, **extra) -> JsonResponse:
@@ -49,10 +55,33 @@ def _refused(message: str, status: int, **extra) -> JsonResponse:
 
 
 def _json_body(request: HttpRequest):
+    """The body as JSON, read at most BODY_LIMIT bytes far.
+
+    ``request.body`` would raise Django's RequestDataTooBig (an HTML 400) past
+    DATA_UPLOAD_MAX_MEMORY_SIZE. The declared length is judged before reading;
+    a chunked body has none, so the read itself stops one byte past the limit.
+    """
+    declared = request.META.get("CONTENT_LENGTH") or ""
+    if declared:
+        try:
+            length = int(declared)
+        except ValueError:
+            raise InboundError("body", ERR_BAD_LENGTH) from None
+        if length > BODY_LIMIT:
+            raise BodyTooLarge()
+    raw = request.read(BODY_LIMIT + 1)
+    if len(raw) > BODY_LIMIT:
+        raise BodyTooLarge()
+    return inbound_json(raw)
+
+
+def _account_known_shape(account: str) -> bool:
+    """Whether the URL's account could name a stored one (PostgreSQL can't even look up NUL)."""
     try:
-        return json.loads(request.body or b"")
-    except (ValueError, UnicodeDecodeError):
-        raise InboundError("body", ERR_NOT_JSON) from None
+        text_check(account, "account")
+    except InboundError:
+        return False
+    return True
 
 
 def _bearer(request: HttpRequest) -> str | None:
@@ -83,6 +112,8 @@ def inbound(request: HttpRequest) -> JsonResponse:
     try:
         message = inbound_parse(_json_body(request))
         return _result(inbound_receive(owner=owner, inbound=message))
+    except BodyTooLarge as exc:
+        return _refused(exc.message, 413, field=exc.field)
     except InboundError as exc:
         return _refused(exc.message, 400, field=exc.field)
     except SessionTaken as exc:
@@ -98,6 +129,8 @@ def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
         ChannelAccount.objects.filter(channel=TELEGRAM, account_id=account)
         .select_related("owner")
         .first()
+        if _account_known_shape(account)
+        else None
     )
     secret = request.headers.get(SECRET_HEADER, "")
     # An unknown account reads the same as a wrong secret: nothing to learn by probing.
@@ -109,6 +142,8 @@ def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
             return JsonResponse({"outcome": "ignored"}, status=200)
         message, reply_to = mapped
         return _result(inbound_receive(owner=found.owner, inbound=message, reply_to=reply_to))
+    except BodyTooLarge as exc:
+        return _refused(exc.message, 413, field=exc.field)
     except InboundError as exc:
         return _refused(exc.message, 400, field=exc.field)
     except SessionTaken as exc:

@@ -17,11 +17,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management import call_command
 
 from chats.management.commands import serve
 from chats.signin import signin_token_redeem
+from conch.static import StaticFiles
 from tests.scaleout.processes import REPO, process_env, wait_until
 
 _SCRIPT = Path(sys.executable).with_name("conch")
@@ -134,6 +134,8 @@ def test_serve_prints_a_one_time_link_and_serves_the_admin_and_static_files(home
         css = get("/static/admin/css/base.css")  # DEBUG is off: the static handler serves it
         assert css.status == 200
         assert css.getheader("Content-Type").startswith("text/css")
+        for climb in ("/static/%2e%2e/%2e%2e/etc/passwd", "/static/..%2f..%2fsecret_key"):
+            assert get(climb).status == 404, climb
     finally:
         code = stop(server)
     assert code == 0, log.read_text()
@@ -216,7 +218,7 @@ def test_serve_starts_the_runner_before_daphne_and_sets_the_websocket_timeout(
     assert no_daphne[3:] == ["runner stopped"]
     assert server.websocket_timeout == 4321
     assert server.endpoints == ["tcp:port=8000:interface=127.0.0.1"]
-    assert isinstance(server.application, ASGIStaticFilesHandler)
+    assert isinstance(server.application, StaticFiles)  # a climb out of /static/ is a 404
 
     token = LINK.search(out.getvalue()).group(2)
     owner = signin_token_redeem(token=token)

@@ -6,9 +6,18 @@ import io
 import json
 
 import pytest
+from channels.testing import HttpCommunicator
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from chats.gateway.inbound import (
+    BODY_LIMIT,
+    DEPTH_LIMIT,
+    ERR_NUL,
+    ERR_SURROGATE,
+    ERR_TOO_BIG,
+    ERR_TOO_DEEP,
+)
 from chats.gateway.models import GatewayToken, InboundRecord, OwnerIdentity, SessionOrigin
 from chats.gateway.services import gateway_token_rotate
 from chats.models import (
@@ -23,6 +32,7 @@ from chats.models import (
     Turn,
 )
 from chats.runtime.runner import drain
+from conch.asgi import application
 
 URL = "/gateway/inbound"
 
@@ -143,6 +153,7 @@ def test_the_same_message_id_on_another_account_or_channel_is_another_message(
         (body(chat_type="cron"), "job_id"),
         (body(member_roles="mod", guild_id="G"), "member_roles"),
         (body(member_roles=["mod"]), "member_roles"),
+        (body(member_roles=["mo\x07d"], guild_id="G"), "member_roles"),
         (body(account_id="*"), "account_id"),
         (body(surprise=1), "surprise"),
     ],
@@ -153,6 +164,132 @@ def test_a_malformed_body_gets_a_400_naming_the_field(client, agent, gateway_tok
     assert response.json()["field"] == field
     assert not Conversation.objects.exists()
     assert not InboundRecord.objects.exists()
+
+
+# ---------------------------------------------------------------------------
+# Bodies built to break the parser or the database get a 4xx naming the field
+
+
+def nested(depth: int) -> str:
+    """A body whose text field sits under ``depth`` levels of lists."""
+    return json.dumps(body() | {"text": "@"}).replace('"@"', "[" * depth + "1" + "]" * depth)
+
+
+@pytest.mark.parametrize("depth", [DEPTH_LIMIT, 100_000])  # 100,000: a RecursionError in json
+def test_a_body_nested_too_deeply_gets_a_400_naming_the_body(client, agent, gateway_token, depth):
+    response = post(client, nested(depth), token=gateway_token)
+    assert response.status_code == 400
+    assert response.json() == {"error": ERR_TOO_DEEP, "field": "body"}
+    assert not InboundRecord.objects.exists()
+
+
+def test_a_body_nested_to_the_limit_is_judged_on_its_fields(client, agent, gateway_token):
+    response = post(client, nested(DEPTH_LIMIT - 1), token=gateway_token)  # the body is one level
+    assert (response.status_code, response.json()["field"]) == (400, "text")
+
+
+@pytest.mark.parametrize("field", ["text", "peer", "message_id", "group_id"])
+@pytest.mark.parametrize("surrogate", ["\\ud800", "\\udfff", "a\\udc80b"])
+def test_a_lone_surrogate_gets_a_400_naming_its_field(
+    client, agent, gateway_token, field, surrogate
+):
+    data = body(chat_type="group", group_id="g") | {field: "@"}
+    raw = json.dumps(data).replace('"@"', f'"{surrogate}"')  # the escape JSON allows
+    response = post(client, raw, token=gateway_token)
+    assert response.status_code == 400
+    assert response.json() == {"error": ERR_SURROGATE, "field": field}
+    assert not Conversation.objects.exists()
+
+
+def test_a_lone_surrogate_among_the_roles_gets_a_400_naming_them(client, agent, gateway_token):
+    raw = json.dumps(body(guild_id="G", member_roles=["@"])).replace('"@"', '"\\ud800"')
+    response = post(client, raw, token=gateway_token)
+    assert (response.status_code, response.json()["field"]) == (400, "member_roles")
+
+
+def test_a_surrogate_pair_is_one_character_and_welcome(client, agent, gateway_token):
+    raw = json.dumps(body(text="@")).replace('"@"', '"shell \\ud83d\\udc1a"')
+    assert post(client, raw, token=gateway_token).status_code == 202
+    assert Entry.objects.get(role=EntryRole.PERSON).text == "shell \U0001f41a"
+
+
+@pytest.mark.parametrize("text", ["\x00", "before\x00after"])
+def test_nul_in_the_text_gets_a_400_naming_the_text(client, agent, gateway_token, text):
+    """PostgreSQL's text can't hold NUL: every database gives the same answer, before any write."""
+    response = post(client, body(text=text), token=gateway_token)
+    assert response.status_code == 400
+    assert response.json() == {"error": ERR_NUL, "field": "text"}
+    assert not Conversation.objects.exists()
+    assert not InboundRecord.objects.exists()
+
+
+def test_a_body_over_the_limit_gets_a_413_naming_the_body(client, agent, gateway_token):
+    raw = json.dumps(body(text="x" * (10 * 1024 * 1024)))  # 10 MB
+    response = post(client, raw, token=gateway_token)
+    assert response.status_code == 413
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"error": ERR_TOO_BIG, "field": "body"}
+    assert not InboundRecord.objects.exists()
+
+
+def test_a_body_just_under_the_limit_is_judged_on_its_fields(client, agent, gateway_token):
+    raw = json.dumps(body(text="x"))
+    raw = raw[:-1] + " " * (BODY_LIMIT - len(raw)) + "}"  # whitespace is still JSON
+    assert len(raw) == BODY_LIMIT
+    assert post(client, raw, token=gateway_token).status_code == 202
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "length",
+    [None, b"20"],
+    ids=["chunked-with-no-length", "a-length-that-lies"],
+)
+async def test_a_body_with_no_honest_length_is_cut_off_at_the_limit(owner, agent, length):
+    """Over the real ASGI path: the read itself stops past the limit, whatever was declared."""
+    from channels.db import database_sync_to_async
+
+    token = await database_sync_to_async(gateway_token_rotate)(owner=owner)
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"authorization", f"Bearer {token}".encode()),
+    ]
+    if length is not None:
+        headers.append((b"content-length", length))
+    raw = json.dumps(body(text="x" * (2 * BODY_LIMIT))).encode()
+    communicator = HttpCommunicator(application, "POST", URL, body=raw, headers=headers)
+    response = await communicator.get_response(timeout=10)
+    assert response["status"] == 413
+    assert json.loads(response["body"]) == {"error": ERR_TOO_BIG, "field": "body"}
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(
+    client, agent, gateway_token
+):
+    response = client.generic(
+        "POST",
+        URL,
+        json.dumps(body()),  # small: only the declared length says otherwise
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {gateway_token}",
+        CONTENT_LENGTH=str(BODY_LIMIT + 1),
+    )
+    assert response.status_code == 413
+    assert response.json() == {"error": ERR_TOO_BIG, "field": "body"}
+    assert not InboundRecord.objects.exists()
+
+
+def test_a_content_length_that_is_not_a_number_gets_a_400(client, agent, gateway_token):
+    response = client.generic(
+        "POST",
+        URL,
+        json.dumps(body()),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {gateway_token}",
+        CONTENT_LENGTH="lots",
+    )
+    assert (response.status_code, response.json()["field"]) == (400, "body")
 
 
 def test_a_message_while_a_reply_runs_is_queued_not_lost(
@@ -297,6 +434,8 @@ def test_conch_inbound_is_idempotent_too(owner, agent, gateway_token):
         (["--json", "{"], "body"),
         (["--json", json.dumps(body(chat_type="fax"))], "chat_type"),
         (["--json", json.dumps(body(text=""))], "text"),
+        (["--json", nested(100_000)], "body"),
+        (["--json", json.dumps(body(text="a\x00b"))], "text"),
     ],
 )
 def test_conch_inbound_refuses_a_bad_message_naming_the_field(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -11,7 +12,7 @@ from django.core.management import CommandError, call_command
 from chats.gateway.maintenance import maintenance_run
 from chats.gateway.models import SessionOrigin
 from chats.gateway.selectors import gateway_config
-from chats.models import Agent, Binding, Conversation, Entry, EntryRole
+from chats.models import Agent, Binding, Conversation, Entry, EntryRole, Mode, Taint
 from chats.runtime import services
 from chats.runtime.runner import drain
 
@@ -29,7 +30,8 @@ def snapshot():
             "key": chat.session_key,
             "title": chat.title,
             "archived": chat.archived,
-            "origin": (chat.origin, chat.origin_channel, chat.taint, chat.mode, chat.folder),
+            "origin": (chat.origin, chat.origin_channel, chat.folder),
+            "trust": (chat.taint, chat.mode),
             "times": tuple(
                 _ms(t) for t in (chat.session_started_at, chat.last_interaction_at, chat.updated_at)
             ),
@@ -87,9 +89,18 @@ def test_an_export_then_a_fresh_import_gives_back_the_same_sessions_and_entries(
     assert not Conversation.objects.exists()
 
     out = io.StringIO()
-    call_command("conch_import", str(tmp_path), "--owner", "owner", stdout=out)
+    call_command("conch_import", str(tmp_path), "--owner", "owner", "--yes", stdout=out)
     assert f"imported {len(before)} sessions" in out.getvalue()
-    assert snapshot() == before
+    after = snapshot()
+    trust = {chat_id: row.pop("trust") for chat_id, row in after.items()}
+    was = {chat_id: row.pop("trust")[0] for chat_id, row in before.items()}
+    assert after == before
+    # Everything comes back but the trust, which is never the archive's to give.
+    assert Taint.NONE in was.values() and Taint.PERSON in was.values()
+    assert trust == {
+        chat_id: (Taint.PERSON if taint == Taint.PERSON else Taint.UNTRUSTED, Mode.ASK)
+        for chat_id, taint in was.items()
+    }
     assert all(c.owner == owner for c in Conversation.objects.all())
 
 
@@ -126,7 +137,7 @@ def test_importing_twice_skips_what_is_there_and_says_so(owner, a_lived_in_gatew
     call_command("conch_export", str(tmp_path), stdout=io.StringIO())
     count = Conversation.objects.count()
     err = io.StringIO()
-    call_command("conch_import", str(tmp_path), stdout=io.StringIO(), stderr=err)
+    call_command("conch_import", str(tmp_path), "--yes", stdout=io.StringIO(), stderr=err)
     assert Conversation.objects.count() == count
     assert "exists already" in err.getvalue()
 
@@ -160,7 +171,7 @@ def test_openclaws_own_transcripts_import(owner, agent, tmp_path):
             ]
         )
     )
-    call_command("conch_import", str(tmp_path), stdout=io.StringIO())
+    call_command("conch_import", str(tmp_path), "--yes", stdout=io.StringIO())
     chat = Conversation.objects.get(public_id="oc-1")
     assert chat.session_key == "agent:main:dm:whatsapp:+1555"
     assert list(chat.entries.values_list("seq", "role", "text")) == [
@@ -177,5 +188,181 @@ def test_a_malformed_transcript_stops_the_import_naming_its_file_and_line(owner,
     )
     (folder / "bad-1.jsonl").write_text('{"type": "session"}\n{not json\n')
     with pytest.raises(CommandError, match=r"bad-1\.jsonl:2"):
-        call_command("conch_import", str(tmp_path), stdout=io.StringIO())
+        call_command("conch_import", str(tmp_path), "--yes", stdout=io.StringIO())
     assert not Conversation.objects.filter(public_id="bad-1").exists()
+
+
+# ---------------------------------------------------------------------------
+# An archive brings no trust of its own: Ask mode, at least untrusted, a folder confirmed
+
+
+class Terminal(io.StringIO):
+    """Someone at a terminal, typing the given answer."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def archive(root, *sessions, agent="main"):
+    """Write an archive of sessions, each given as its index fields; one message each."""
+    folder = root / "archive" / "agents" / agent / "sessions"
+    folder.mkdir(parents=True)
+    index = {}
+    for n, fields in enumerate(sessions, start=1):
+        item = {"sessionId": f"imp-{n}", "sessionStartedAt": 1_700_000_000_000 + n} | fields
+        index[f"conch:{item['sessionId']}"] = item
+        line = {"type": "message", "message": {"role": "user", "content": f"words {n}"}}
+        (folder / f"{item['sessionId']}.jsonl").write_text(json.dumps(line) + "\n")
+    (folder / "sessions.json").write_text(json.dumps(index))
+    return root / "archive"
+
+
+def run_import(path, *args, stdin=None):
+    out = io.StringIO()
+    call_command(
+        "conch_import",
+        str(path),
+        *args,
+        stdout=out,
+        stderr=io.StringIO(),
+        stdin=stdin or io.StringIO(),
+    )
+    return out.getvalue()
+
+
+def test_an_archive_claiming_the_whole_disk_in_auto_with_no_taint_gets_ask_and_untrusted(
+    owner, agent, tmp_path
+):
+    path = archive(tmp_path, {"folder": "/", "mode": "auto", "taint": "none", "title": "Root"})
+    shown = run_import(path, stdin=Terminal("y\n"))
+    chat = Conversation.objects.get(public_id="imp-1")
+    assert (chat.mode, chat.taint) == (Mode.ASK, Taint.UNTRUSTED)
+    assert chat.folder == "/"
+    assert "  /  (1 chat)" in shown and "Root  [imp-1]" in shown  # it was shown, then asked
+    assert "Import 1 chat into these folders, in Ask mode? [y/N]" in shown
+
+
+@pytest.mark.parametrize("mode", ["auto", "plan", "ask"])
+def test_an_imported_chat_starts_in_ask_mode_whatever_the_archive_says(
+    owner, agent, workspace, tmp_path, mode
+):
+    run_import(archive(tmp_path, {"folder": str(workspace), "mode": mode}), "--yes")
+    assert Conversation.objects.get(public_id="imp-1").mode == Mode.ASK
+
+
+@pytest.mark.parametrize(
+    ("claimed", "taint"),
+    [
+        ("none", Taint.UNTRUSTED),
+        (None, Taint.UNTRUSTED),
+        ("untrusted", Taint.UNTRUSTED),
+        ("person", Taint.PERSON),
+    ],
+)
+def test_an_imported_chat_is_tainted_at_least_as_the_archive_says_and_never_clean(
+    owner, agent, workspace, tmp_path, claimed, taint
+):
+    fields = {"folder": str(workspace)} | ({"taint": claimed} if claimed else {})
+    run_import(archive(tmp_path, fields), "--yes")
+    assert Conversation.objects.get(public_id="imp-1").taint == taint
+
+
+def test_a_folder_that_does_not_exist_stops_the_import_naming_it_before_anything_is_written(
+    owner, agent, workspace, tmp_path
+):
+    missing = tmp_path / "gone"
+    path = archive(tmp_path, {"folder": str(workspace)}, {"folder": str(missing)})
+    with pytest.raises(
+        CommandError, match=rf"\[conch:imp-2\]: its folder {missing} does not exist"
+    ):
+        run_import(path, "--yes")
+    assert not Conversation.objects.exists()  # not even the first, whose folder is there
+
+
+@pytest.mark.parametrize("claimed", ["relative/place", 42])
+def test_a_folder_that_is_not_an_absolute_path_is_refused(owner, agent, tmp_path, claimed):
+    with pytest.raises(CommandError, match=r"\[conch:imp-1\]: folder must be"):
+        run_import(archive(tmp_path, {"folder": claimed}), "--yes")
+    assert not Conversation.objects.exists()
+
+
+def test_with_no_folder_in_the_archive_the_personas_workspace_is_shown(owner, agent, tmp_path):
+    shown = run_import(archive(tmp_path, {}), stdin=Terminal("yes\n"))
+    assert f"  {agent.workspace}  (1 chat)" in shown
+    assert Conversation.objects.get(public_id="imp-1").folder == agent.workspace
+
+
+def test_a_new_personas_workspace_must_exist_too(owner, agent, tmp_path, settings):
+    settings.CONCH_HOME = tmp_path / "home"
+    with pytest.raises(CommandError, match=r"the persona helper's workspace .* does not exist"):
+        run_import(archive(tmp_path, {}, agent="helper"), "--yes")
+    assert not Conversation.objects.exists()
+    assert not Agent.objects.filter(slug="helper").exists()
+
+
+@pytest.mark.parametrize("answer", ["n\n", "\n", "", "nope\n"])
+def test_anything_but_yes_at_the_question_imports_nothing(
+    owner, agent, workspace, tmp_path, answer
+):
+    path = archive(tmp_path, {"folder": str(workspace)})
+    with pytest.raises(CommandError, match="Nothing was imported"):
+        run_import(path, stdin=Terminal(answer))
+    assert not Conversation.objects.exists()
+
+
+def test_without_a_terminal_to_ask_on_it_refuses_rather_than_waits(
+    owner, agent, workspace, tmp_path
+):
+    path = archive(tmp_path, {"folder": str(workspace)})
+    with pytest.raises(CommandError, match="there is no terminal to ask on"):
+        run_import(path, stdin=io.StringIO("y\n"))  # a pipe, not a person
+    assert not Conversation.objects.exists()
+
+
+def test_a_folder_on_the_command_line_is_every_chats_folder_and_needs_no_question(
+    owner, agent, workspace, tmp_path
+):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path = archive(tmp_path, {"folder": "/"}, {"folder": str(workspace)}, {})
+    run_import(path, "--folder", str(elsewhere))  # no terminal, and no question
+    folders = set(Conversation.objects.values_list("folder", flat=True))
+    assert folders == {str(elsewhere)}
+    assert set(Conversation.objects.values_list("mode", "taint")) == {(Mode.ASK, Taint.UNTRUSTED)}
+
+
+def test_a_folder_on_the_command_line_must_exist(owner, agent, tmp_path):
+    missing = tmp_path / "gone"
+    with pytest.raises(CommandError, match=f"--folder {missing} does not exist"):
+        run_import(archive(tmp_path, {}), "--folder", str(missing))
+    assert not Conversation.objects.exists()
+
+
+def test_the_archives_words_are_shown_with_control_characters_escaped(
+    owner, agent, workspace, tmp_path
+):
+    title = "Fine\x1b[2J\x1b]0;pwned\x07\u202eeno"
+    shown = run_import(archive(tmp_path, {"folder": str(workspace), "title": title}), "--yes")
+    assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
+    assert "Fine\\x1b[2J\\x1b]0;pwned\\x07\\u202eeno" in shown
+
+
+def test_an_error_quoting_the_archive_is_shown_with_control_characters_escaped(
+    owner, agent, tmp_path
+):
+    path = archive(tmp_path, {"folder": "/no/such\x1b[2Jplace"})
+    with pytest.raises(CommandError) as refused:
+        run_import(path, "--yes")
+    assert "\x1b" not in str(refused.value)
+    assert "/no/such\\x1b[2Jplace does not exist" in str(refused.value)
+
+
+def test_run_from_a_script_with_stdin_on_dev_null_it_refuses_at_once(
+    owner, agent, workspace, tmp_path, monkeypatch
+):
+    path = archive(tmp_path, {"folder": str(workspace)})
+    with open(os.devnull) as nothing:
+        monkeypatch.setattr("sys.stdin", nothing)
+        with pytest.raises(CommandError, match="there is no terminal to ask on"):
+            call_command("conch_import", str(path), stdout=io.StringIO())
+    assert not Conversation.objects.exists()

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import socket
 
 import pytest
 from django.utils import timezone
 
-from chats.gateway.inbound import InboundError
+from chats.gateway.inbound import (
+    DEPTH_LIMIT,
+    ERR_NUL,
+    ERR_SURROGATE,
+    ERR_TOO_BIG,
+    ERR_TOO_DEEP,
+    InboundError,
+)
 from chats.gateway.models import ChannelAccount, OutboxMessage, OutboxState
 from chats.gateway.outbox import outbox_deliver, outbox_enqueue
 from chats.gateway.services import channel_account_secret_rotate
@@ -193,6 +201,44 @@ def test_a_non_message_update_is_acknowledged_and_ignored(client, bot):
 def test_a_malformed_update_gets_a_400_naming_the_field(client, bot):
     response = deliver(client, bot, {"update_id": 3, "message": {"text": "x"}})
     assert (response.status_code, response.json()["field"]) == (400, "message.chat")
+
+
+def test_a_body_that_is_not_json_gets_a_400_naming_the_body(client, bot):
+    response = deliver(client, bot, "{not json")
+    assert (response.status_code, response.json()["field"]) == (400, "body")
+
+
+@pytest.mark.parametrize("depth", [DEPTH_LIMIT, 100_000])  # 100,000: a RecursionError in json
+def test_an_update_nested_too_deeply_gets_a_400_naming_the_body(client, bot, depth):
+    raw = json.dumps(update(reply_markup="@")).replace('"@"', "[" * depth + "]" * depth)
+    response = deliver(client, bot, raw)
+    assert response.status_code == 400
+    assert response.json() == {"error": ERR_TOO_DEEP, "field": "body"}
+    assert not Conversation.objects.exists()
+
+
+@pytest.mark.parametrize("words", ["text", "caption"])
+def test_a_lone_surrogate_in_the_words_gets_a_400_naming_them(client, bot, words):
+    message = {k: v for k, v in update()["message"].items() if k != "text"} | {words: "@"}
+    raw = json.dumps({"update_id": 1, "message": message}).replace('"@"', '"hi \\ud800"')
+    response = deliver(client, bot, raw)
+    assert response.status_code == 400
+    assert response.json() == {"error": ERR_SURROGATE, "field": f"message.{words}"}
+    assert not Conversation.objects.exists()
+
+
+def test_nul_in_the_words_gets_a_400_naming_them(client, bot):
+    response = deliver(client, bot, update("before\x00after"))
+    assert response.status_code == 400
+    assert response.json() == {"error": ERR_NUL, "field": "message.text"}
+    assert not Conversation.objects.exists()
+
+
+def test_an_update_over_the_limit_gets_a_413_naming_the_body(client, bot):
+    response = deliver(client, bot, update("x" * (10 * 1024 * 1024)))  # 10 MB
+    assert response.status_code == 413
+    assert response.json() == {"error": ERR_TOO_BIG, "field": "body"}
+    assert not Conversation.objects.exists()
 
 
 # ---------------------------------------------------------------------------

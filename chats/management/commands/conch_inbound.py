@@ -13,7 +13,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
+from chats.gateway.inbound import FIELDS, InboundError, inbound_json, inbound_parse
 from chats.gateway.owners import OwnerError, owner_for_command
 from chats.gateway.services import inbound_receive
 from chats.runtime.services import ConchError
@@ -43,10 +43,7 @@ class Command(BaseCommand):
                 raw = given
             else:
                 text = options["body"] if options["body"] is not None else sys.stdin.read()
-                try:
-                    raw = json.loads(text)
-                except ValueError as exc:
-                    raise InboundError("body", f"must be JSON ({exc.msg}).") from None
+                raw = inbound_json(text)
             message = inbound_parse(raw)
             owner = owner_for_command(options.get("owner"))
             result = inbound_receive(owner=owner, inbound=message)

@@ -3,8 +3,8 @@
 Daphne sends no lifespan event, so the runner that executes replies starts
 here, before the server takes its first request, and stops when the server
 does (Ctrl-C or SIGTERM). Static files are served by Django's ASGI static
-handler in front of the app, so ``/static/`` works with DEBUG off and
-nothing needs collecting.
+handler in front of the app (:class:`conch.static.StaticFiles`), so
+``/static/`` works with DEBUG off and nothing needs collecting.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import logging
 
 from daphne.server import Server  # the "daphne" app imported it first: the reactor is asyncio
 from django.conf import settings
-from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
@@ -101,9 +100,10 @@ class Command(BaseCommand):
         from chats import events
         from chats.runtime.runner import start_embedded_runner
         from conch.asgi import application
+        from conch.static import StaticFiles
 
         server = ConchServer(
-            application=ASGIStaticFilesHandler(application),
+            application=StaticFiles(application),
             endpoints=[endpoint(host, port)],
             signal_handlers=True,  # SIGINT and SIGTERM stop the reactor; we stop the runner after
             websocket_timeout=settings.CONCH_WEBSOCKET_TIMEOUT,
