@@ -117,6 +117,33 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+
+
+def _secrets_keys() -> tuple[str, ...]:
+    """CONCH_SECRETS_KEY: Fernet keys, comma-separated, the first sealing stored secrets.
+
+    Unset, the key is the file CONCH_HOME/secrets.key (chats.secretbox makes it).
+    """
+    given = _env("CONCH_SECRETS_KEY")
+    if not given:
+        return ()
+    from cryptography.fernet import Fernet
+
+    keys = tuple(key.strip() for key in given.split(",") if key.strip())
+    for key in keys:
+        try:
+            Fernet(key)
+        except (ValueError, TypeError):
+            raise ImproperlyConfigured(
+                "CONCH_SECRETS_KEY must be Fernet keys (32 url-safe base64-encoded bytes each), "
+                "separated by commas."
+            ) from None
+    return keys
+
+
+CONCH_SECRETS_KEYS = _secrets_keys()
+_make_private(CONCH_HOME / "secrets.key")  # made by an older Conch, perhaps readable by all
+
 DEBUG = envbool("CONCH_DEBUG", False)
 # Loopback names only: a DNS-rebinding page that points evil.example at
 # 127.0.0.1 is refused by Host.
