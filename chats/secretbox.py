@@ -34,7 +34,7 @@ ERR_WRONG_KEY = (
     "A stored secret cannot be opened with the key in {source}: it was sealed with "
     "another key. Put back the key this database was used with."
 )
-ERR_BAD_KEY_FILE = "{path} does not hold Fernet keys (one a line): {reason}."
+ERR_BAD_KEY_FILE = "The secrets key file {path} cannot be used: {reason}."
 ERR_MASKED = "(cannot be opened with the key in {source})"
 
 
@@ -110,7 +110,7 @@ def _read_key_file(path: Path) -> list[bytes]:
         try:
             Fernet(key)
         except (ValueError, TypeError):
-            reason = "a line is not 32 url-safe base64-encoded bytes"
+            reason = "a line is not a Fernet key (32 url-safe base64-encoded bytes)"
             raise SecretsKeyError(ERR_BAD_KEY_FILE.format(path=path, reason=reason)) from None
     return keys
 
@@ -129,15 +129,19 @@ def _keys(*, create: bool) -> list[bytes]:
     path = key_file()
     with _lock:
         try:
-            found = path.stat()
-        except FileNotFoundError:
-            if not create:
-                raise SecretsKeyError(ERR_NO_KEY_FILE.format(path=path)) from None
-            _write_key_file(path, [Fernet.generate_key()], replace=False)
-            found = path.stat()
-        identity = (str(path), found.st_ino, found.st_mtime_ns, found.st_size)
-        if _cached is None or _cached[0] != identity:
-            _cached = (identity, _read_key_file(path))
+            try:
+                found = path.stat()
+            except FileNotFoundError:
+                if not create:
+                    raise SecretsKeyError(ERR_NO_KEY_FILE.format(path=path)) from None
+                _write_key_file(path, [Fernet.generate_key()], replace=False)
+                found = path.stat()
+            identity = (str(path), found.st_ino, found.st_mtime_ns, found.st_size)
+            if _cached is None or _cached[0] != identity:
+                _cached = (identity, _read_key_file(path))
+        except OSError as exc:  # unreadable, a folder, a home that can't be written…
+            reason = exc.strerror or str(exc)
+            raise SecretsKeyError(ERR_BAD_KEY_FILE.format(path=path, reason=reason)) from None
         return _cached[1]
 
 

@@ -300,3 +300,19 @@ def test_an_unreadable_secret_copied_or_pickled_still_saves_back_what_was_stored
     for twin in (copy.deepcopy(found), pickle.loads(pickle.dumps(found))):  # noqa: S301 - ours
         twin.save()
         assert stored(AuthProfile, profile.pk) == before
+
+
+def test_a_new_secret_the_key_file_cannot_seal_is_a_form_error_naming_it_not_a_500(
+    client, owner, agent, home
+):
+    (home / "secrets.key").write_text("not a key\n")
+    client.force_login(owner)
+
+    page = client.post(
+        reverse("admin:chats_authprofile_add"),
+        {"agent": agent.pk, "name": "new-key", "provider": "openai", "secret": API_KEY},
+    )
+
+    assert page.status_code == 200
+    assert f"The secrets key file {home / 'secrets.key'} cannot be used" in page.content.decode()
+    assert not AuthProfile.objects.filter(name="new-key").exists()
