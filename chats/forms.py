@@ -7,6 +7,7 @@ from pathlib import Path
 from django import forms
 
 from chats.models import Agent, Mode
+from chats.secretbox import SecretsKeyError, secret_seal
 
 ERR_FOLDER_MISSING = "There is no folder at {path}."
 ERR_FOLDER_NOT_DIR = "{path} is a file, not a folder."
@@ -62,4 +63,8 @@ class WriteOnlySecretMixin:
         value = self.cleaned_data.get("secret") or ""
         if not value and self.instance.pk:
             return self.instance.secret
+        try:
+            secret_seal(value)  # a key file that can't seal it is said here, not as a 500
+        except SecretsKeyError as exc:
+            raise forms.ValidationError(str(exc)) from None
         return value

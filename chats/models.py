@@ -14,6 +14,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from chats.secretbox import EncryptedTextField, secret_masked
+
 
 class _IdSource:
     """Random ids normally; counted ids inside :func:`counted_ids`, so ``conch_play`` prints the same twice."""
@@ -87,7 +89,8 @@ class AuthProfile(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="auth_profiles")
     name = models.CharField(max_length=64)
     provider = models.CharField(max_length=64, blank=True)
-    secret = models.TextField(blank=True)
+    # Sealed at rest with the secrets key (chats.secretbox): the database alone reveals none.
+    secret = EncryptedTextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -100,9 +103,7 @@ class AuthProfile(models.Model):
 
     @property
     def masked(self) -> str:
-        if not self.secret:
-            return ""
-        return "•" * 8 + self.secret[-4:] if len(self.secret) > 8 else "•" * 8
+        return secret_masked(self.secret)
 
 
 class Binding(models.Model):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -60,13 +61,38 @@ def envfloat(name: str, default: float, *, minimum: float = 0.0) -> float:
     return number
 
 
+def _make_private(path: Path) -> None:
+    """Take group's and others' access away from ``path``, if it exists and is ours.
+
+    Conchs before this one made their folder 0755 and their files 0644, so any
+    local user could read the database's transcripts and keys: this fixes them.
+    """
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return
+    mode = stat.S_IMODE(found.st_mode)
+    if found.st_uid == os.geteuid() and mode & 0o077:
+        path.chmod(mode & ~0o077)
+
+
+def _private_folder(path: Path) -> None:
+    # mkdir's mode is cut by the umask, never widened: 0700 at most, then no one else's.
+    path.mkdir(mode=0o700, exist_ok=True)
+    _make_private(path)
+
+
 def _conch_home() -> Path:
     raw = _env("CONCH_HOME") or "~/.conch"
     home = Path(raw).expanduser()
     try:
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "logs").mkdir(exist_ok=True)
-        (home / "workspaces").mkdir(exist_ok=True)
+        home.parent.mkdir(parents=True, exist_ok=True)
+        _private_folder(home)
+        _private_folder(home / "logs")
+        for log in (home / "logs").iterdir():
+            if log.is_file():
+                _make_private(log)
+        _private_folder(home / "workspaces")
     except OSError as exc:
         raise ImproperlyConfigured(f"CONCH_HOME ({home}) cannot be created: {exc}") from None
     if not os.access(home, os.W_OK):
@@ -86,10 +112,38 @@ def _secret_key() -> str:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_urlsafe(50))
+    _make_private(path)
     return path.read_text().strip()
 
 
 SECRET_KEY = _secret_key()
+
+
+def _secrets_keys() -> tuple[str, ...]:
+    """CONCH_SECRETS_KEY: Fernet keys, comma-separated, the first sealing stored secrets.
+
+    Unset, the key is the file CONCH_HOME/secrets.key (chats.secretbox makes it).
+    """
+    given = _env("CONCH_SECRETS_KEY")
+    if not given:
+        return ()
+    from cryptography.fernet import Fernet
+
+    keys = tuple(key.strip() for key in given.split(",") if key.strip())
+    for key in keys:
+        try:
+            Fernet(key)
+        except (ValueError, TypeError):
+            raise ImproperlyConfigured(
+                "CONCH_SECRETS_KEY must be Fernet keys (32 url-safe base64-encoded bytes each), "
+                "separated by commas."
+            ) from None
+    return keys
+
+
+CONCH_SECRETS_KEYS = _secrets_keys()
+_make_private(CONCH_HOME / "secrets.key")  # made by an older Conch, perhaps readable by all
+
 DEBUG = envbool("CONCH_DEBUG", False)
 # Loopback names only: a DNS-rebinding page that points evil.example at
 # 127.0.0.1 is refused by Host.
@@ -159,10 +213,14 @@ def _databases() -> dict:
         if test_name:
             config["TEST"] = {"NAME": test_name}
         return {"default": config}
+    database = CONCH_HOME / "conch.sqlite3"
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        _make_private(database.with_name(database.name + suffix))
     return {
         "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": CONCH_HOME / "conch.sqlite3",
+            # Django's SQLite, making a new database file 0600 before SQLite opens it.
+            "ENGINE": "conch.sqlite3",
+            "NAME": database,
             "OPTIONS": {
                 # IMMEDIATE takes the write lock at BEGIN, so two writers queue on
                 # the busy timeout instead of failing with "database is locked".

@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from chats.engines.base import Decision, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.secretbox import SecretsKeyError, secret_readable
 from chats.summarize import SUMMARY_LIMIT, SummaryLine, summarize
 
 if TYPE_CHECKING:
@@ -232,7 +233,10 @@ def api_key_for(agent: Agent, config: ModelConfig) -> str:
     )
     if secret is None:
         raise EngineError(ERR_NO_PROFILE.format(agent=agent.slug, profile=config.auth_profile))
-    return secret
+    try:
+        return secret_readable(secret)
+    except SecretsKeyError as exc:  # sealed with another key: say which, never send it
+        raise EngineError(str(exc)) from None
 
 
 # ---------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from django.db import models
 from django.utils import timezone
 
 from chats.models import Conversation, Turn
+from chats.secretbox import EncryptedTextField, secret_masked
 
 __all__ = [
     "ChannelAccount",
@@ -119,7 +120,8 @@ class ChannelAccount(models.Model):
     )
     channel = models.CharField(max_length=32)
     account_id = models.CharField(max_length=128)
-    secret = models.TextField(blank=True, help_text="The bot's token for sending replies.")
+    # Sealed at rest with the secrets key (chats.secretbox): the database alone reveals none.
+    secret = EncryptedTextField(blank=True, help_text="The bot's token for sending replies.")
     webhook_secret_digest = models.CharField(max_length=64, blank=True, editable=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -133,9 +135,7 @@ class ChannelAccount(models.Model):
 
     @property
     def masked(self) -> str:
-        if not self.secret:
-            return ""
-        return "•" * 8 + self.secret[-4:] if len(self.secret) > 8 else "•" * 8
+        return secret_masked(self.secret)
 
 
 class OwnerIdentity(models.Model):

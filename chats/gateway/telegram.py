@@ -19,6 +19,7 @@ from django.conf import settings
 from chats.gateway.inbound import Inbound, InboundError, inbound_parse, text_check
 from chats.gateway.models import ChannelAccount, ChatType, OutboxMessage
 from chats.gateway.outbox import DeliveryError, outbox_part_sent
+from chats.secretbox import SecretsKeyError, secret_readable
 
 CHANNEL = "telegram"
 DEFAULT_API_BASE = "https://api.telegram.org"
@@ -126,11 +127,14 @@ class TelegramSender:
     channel = CHANNEL
 
     def send(self, message: OutboxMessage, account: ChannelAccount | None) -> None:
-        if account is None or not account.secret:
+        try:
+            token = secret_readable(account.secret) if account is not None else ""
+        except SecretsKeyError as exc:  # the key file was changed: retried once it is put back
+            raise DeliveryError(str(exc)) from None
+        if not token:
             raise DeliveryError(
                 f"No bot token for the Telegram account {message.account_id!r}.", permanent=True
             )
-        token = account.secret
         parts = split_message(message.text)
         for part in parts[message.parts_sent :]:
             body: dict[str, Any] = {"chat_id": message.target.get("chat_id"), "text": part}

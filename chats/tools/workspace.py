@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.registry import (
     EDITING_FILES,
     READING_FILES,
@@ -26,13 +29,20 @@ LIST_LIMIT = 500
 # After a timed-out command's group is killed, how long to collect what it printed.
 AFTER_KILL_SECONDS = 2.0
 STDERR_LABEL = "stderr:\n"
+ERR_OUTSIDE = "{path!r} is outside this chat's folder ({folder})."
+ERR_NO_FOLDER = "This chat's folder ({folder}) does not exist."
+# A link where the check found none: swapped in since, or a loop. Never followed.
+ERR_LINK_ON_THE_WAY = "{path!r} leads through a link that changed or loops; it was not opened."
+ERR_UNDER_A_FILE = "{path!r} cannot be made: part of its way is a file, not a folder."
 
 
 def confine(folder: str, path: str) -> Path:
     """The real path of ``path`` inside ``folder``, or a ToolError if it escapes.
 
     Links are followed before the check, so a symlink that points outside is
-    refused just as ``..`` is.
+    refused just as ``..`` is. The tools then open what this returns with
+    ``beneath.open_beneath``, which follows no link, so a link swapped in
+    after the check is refused rather than followed.
     """
     if not isinstance(path, str) or not path.strip():
         raise ToolError("The path is empty.")
@@ -45,9 +55,12 @@ def confine(folder: str, path: str) -> Path:
     root = Path(os.path.realpath(folder))
     candidate = Path(path)
     joined = candidate if candidate.is_absolute() else root / candidate
-    real = Path(os.path.realpath(joined))
+    try:
+        real = Path(os.path.realpath(joined))
+    except OSError:  # a link swapped for a folder while realpath read it
+        raise ToolError(ERR_LINK_ON_THE_WAY.format(path=path)) from None
     if real != root and root not in real.parents:
-        raise ToolError(f"{path!r} is outside this chat's folder ({folder}).")
+        raise ToolError(ERR_OUTSIDE.format(path=path, folder=folder))
     return real
 
 
@@ -56,36 +69,114 @@ def relative(folder: str, real: Path) -> str:
     return str(real.relative_to(root)) if real != root else "."
 
 
+def _open(folder: str, path: str, real: Path, flags: int, *, make_parents: bool = False) -> int:
+    """A descriptor for ``real`` (from ``confine``), opened beneath the folder, following no link.
+
+    Raises ToolError for a link met on the way; other ``OSError``s are the caller's to word.
+    """
+    rel = relative(folder, real)
+    try:
+        root_fd = open_folder(os.path.realpath(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(ERR_NO_FOLDER.format(folder=folder)) from None
+    try:
+        if make_parents:
+            makedirs_beneath(root_fd, os.path.dirname(rel))
+        return open_beneath(root_fd, rel, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ToolError(ERR_LINK_ON_THE_WAY.format(path=path)) from None
+        if exc.errno == errno.EXDEV:
+            raise ToolError(ERR_OUTSIDE.format(path=path, folder=folder)) from None
+        raise
+    finally:
+        os.close(root_fd)
+
+
+def _read_all(fd: int, limit: int | None = None) -> bytes:
+    chunks, size = [], 0
+    while limit is None or size <= limit:
+        chunk = os.read(fd, 1 << 16 if limit is None else min(1 << 16, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.ftruncate(fd, 0)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    real = confine(ctx.folder, args["path"])
-    if not real.exists():
-        raise ToolError(f"{args['path']!r} does not exist.")
-    if real.is_dir():
-        raise ToolError(f"{args['path']!r} is a folder; use list_files.")
-    if not real.is_file():  # a pipe or a device would hang the reply, or never end
-        raise ToolError(f"{args['path']!r} is not a regular file.")
-    with real.open("rb") as fh:
-        data = fh.read(READ_LIMIT + 1)
+    path = args["path"]
+    real = confine(ctx.folder, path)
+    try:
+        # O_NONBLOCK: opening a pipe must not wait for a writer that never comes.
+        fd = _open(ctx.folder, path, real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(f"{path!r} does not exist.") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise ToolError(f"{path!r} is a folder; use list_files.")
+        if not stat.S_ISREG(mode):  # a pipe or a device would hang the reply, or never end
+            raise ToolError(f"{path!r} is not a regular file.")
+        data = _read_all(fd, READ_LIMIT)
+    finally:
+        os.close(fd)
     text = data[:READ_LIMIT].decode("utf-8", errors="replace")
     if len(data) > READ_LIMIT:
         text += f"\n… (cut at {READ_LIMIT} bytes)"
     return ToolResult(text)
 
 
-def _write(ctx: ToolContext, real: Path, content: str) -> None:
-    real.parent.mkdir(parents=True, exist_ok=True)
-    real.write_text(content, encoding="utf-8")
+def _open_for_writing(ctx: ToolContext, path: str, real: Path) -> tuple[int, bool]:
+    """A descriptor to write ``real`` through, and whether the file was there before."""
+    writing = os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY
+    for _ in range(3):  # a file made or removed meanwhile: look again
+        try:
+            try:
+                return _open(ctx.folder, path, real, writing), True
+            except FileNotFoundError:
+                pass
+            try:
+                fd = _open(
+                    ctx.folder, path, real, writing | os.O_CREAT | os.O_EXCL, make_parents=True
+                )
+                return fd, False
+            except FileExistsError:
+                continue
+        except IsADirectoryError:
+            raise ToolError(f"{path!r} is a folder.") from None
+        except NotADirectoryError:
+            raise ToolError(ERR_UNDER_A_FILE.format(path=path)) from None
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a pipe nobody reads
+                raise ToolError(f"{path!r} is not a regular file.") from None
+            raise
+    raise ToolError(ERR_LINK_ON_THE_WAY.format(path=path))
+
+
+def _write(ctx: ToolContext, fd: int, real: Path, content: str) -> None:
+    _write_all(fd, content.encode("utf-8"))
     ctx.files_changed.append(str(real))
 
 
 def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    real = confine(ctx.folder, args["path"])
-    if real.is_dir():
-        raise ToolError(f"{args['path']!r} is a folder.")
-    existed = real.exists()
-    if existed and not real.is_file():
-        raise ToolError(f"{args['path']!r} is not a regular file.")
-    _write(ctx, real, args["content"])
+    path = args["path"]
+    real = confine(ctx.folder, path)
+    fd, existed = _open_for_writing(ctx, path, real)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"{path!r} is not a regular file.")
+        _write(ctx, fd, real, args["content"])
+    finally:
+        os.close(fd)
     verb = "Replaced" if existed else "Created"
     return ToolResult(
         f"{verb} {relative(ctx.folder, real)} ({len(args['content'])} characters).", (str(real),)
@@ -93,21 +184,31 @@ def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    real = confine(ctx.folder, args["path"])
-    if not real.is_file():
-        raise ToolError(f"{args['path']!r} does not exist; use write_file to create it.")
-    text = real.read_text(encoding="utf-8", errors="replace")
-    old, new = args["old"], args["new"]
-    count = text.count(old)
-    if count == 0:
-        raise ToolError(f"The text to replace was not found in {args['path']!r}.")
-    if count > 1 and not args.get("all"):
-        raise ToolError(
-            f"The text to replace appears {count} times in {args['path']!r}; "
-            "give more context or set all to true."
-        )
-    updated = text.replace(old, new) if args.get("all") else text.replace(old, new, 1)
-    _write(ctx, real, updated)
+    path = args["path"]
+    real = confine(ctx.folder, path)
+    missing = f"{path!r} does not exist; use write_file to create it."
+    try:
+        # Read and write through one descriptor: the file edited is the file read.
+        fd = _open(ctx.folder, path, real, os.O_RDWR | os.O_NONBLOCK | os.O_NOCTTY)
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise ToolError(missing) from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(missing)
+        text = _read_all(fd).decode("utf-8", errors="replace")
+        old, new = args["old"], args["new"]
+        count = text.count(old)
+        if count == 0:
+            raise ToolError(f"The text to replace was not found in {path!r}.")
+        if count > 1 and not args.get("all"):
+            raise ToolError(
+                f"The text to replace appears {count} times in {path!r}; "
+                "give more context or set all to true."
+            )
+        updated = text.replace(old, new) if args.get("all") else text.replace(old, new, 1)
+        _write(ctx, fd, real, updated)
+    finally:
+        os.close(fd)
     return ToolResult(
         f"Edited {relative(ctx.folder, real)} ({count if args.get('all') else 1} change).",
         (str(real),),
@@ -115,15 +216,23 @@ def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    real = confine(ctx.folder, args.get("path") or ".")
-    if not real.is_dir():
-        raise ToolError(f"{args.get('path')!r} is not a folder.")
-    names = []
-    for entry in sorted(real.iterdir(), key=lambda p: p.name):
-        names.append(entry.name + ("/" if entry.is_dir() else ""))
-        if len(names) >= LIST_LIMIT:
-            names.append(f"… (first {LIST_LIMIT} shown)")
-            break
+    path = args.get("path") or "."
+    real = confine(ctx.folder, path)
+    try:
+        fd = _open(ctx.folder, path, real, os.O_RDONLY | os.O_DIRECTORY)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(f"{args.get('path')!r} is not a folder.") from None
+    try:
+        with os.scandir(fd) as found:
+            entries = sorted(found, key=lambda e: e.name)
+        names = []
+        for entry in entries:
+            names.append(entry.name + ("/" if entry.is_dir() else ""))
+            if len(names) >= LIST_LIMIT:
+                names.append(f"… (first {LIST_LIMIT} shown)")
+                break
+    finally:
+        os.close(fd)
     return ToolResult("\n".join(names) if names else "(empty)")
 
 
@@ -154,7 +263,7 @@ def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     limit = settings.CONCH_COMMAND_OUTPUT_LIMIT
     folder = os.path.realpath(ctx.folder)
     if not os.path.isdir(folder):
-        raise ToolError(f"This chat's folder ({ctx.folder}) does not exist.")
+        raise ToolError(ERR_NO_FOLDER.format(folder=ctx.folder))
     process = subprocess.Popen(  # noqa: S602 - running the person's command is this tool's job
         args["command"],
         shell=True,
