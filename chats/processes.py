@@ -91,6 +91,19 @@ def group_members(pgid: int, *, started_from: int = 0) -> list[int]:
     return members
 
 
+def _group_left(pgid: int, *, started_from: int = 0) -> bool:
+    """Whether anything of group ``pgid`` still runs; without /proc, whether the group exists."""
+    if os.path.isdir("/proc/self"):
+        return bool(group_members(pgid, started_from=started_from))
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _signal_group(pgid: int, sig: int) -> None:
     try:
         os.killpg(pgid, sig)
@@ -135,7 +148,7 @@ def group_end(
     while time.monotonic() < deadline:
         if process is not None:
             process.poll()
-        if not group_members(pgid, started_from=started_from):
+        if not _group_left(pgid, started_from=started_from):
             break
         time.sleep(_LOOK_EVERY)
     # Even when the group looks empty: SIGKILL to a group that is gone is harmless.

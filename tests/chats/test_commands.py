@@ -232,6 +232,38 @@ def test_a_commands_output_is_stored_with_keys_and_passwords_taken_out(
     assert "an ordinary line" in step.result
 
 
+@pytest.mark.parametrize(
+    ("secret", "tail_of_it"),
+    [("sk-proj-" + "A" * 24, "A" * 12), ("plain-words-deploy-secret", "deploy-secret")],
+)
+def test_a_commands_output_is_scrubbed_before_it_is_cut(ctx, agent, settings, secret, tail_of_it):
+    AuthProfile.objects.create(agent=agent, name="deploy", secret="plain-words-deploy-secret")
+    settings.CONCH_COMMAND_OUTPUT_LIMIT = 300
+    # The output's kept tail (about 125 characters) starts inside the secret.
+    command = f"printf '%s' {'x' * 5_000}; echo ' {secret}'; printf '%s' {'y' * 100}"
+
+    result = run(ctx, command=command)
+
+    assert "characters cut" in result.text
+    assert tail_of_it not in result.text
+
+
+def test_every_steps_stored_result_is_scrubbed(scripted_chat, agent, workspace):
+    AuthProfile.objects.create(agent=agent, name="deploy", secret="plain-words-deploy-secret")
+    (workspace / ".env").write_text(
+        "OPENAI_API_KEY=sk-proj-AAAAAAAAAAAAAAAAAAAAAAAA\nDEPLOY=plain-words-deploy-secret\n"
+    )
+    chat = scripted_chat([{"tool": "read_file", "args": {"path": ".env"}}, say("Read it.")])
+
+    services.message_send(conversation=chat, text="go")
+    drain()
+
+    step = Step.objects.get(turn__conversation=chat)
+    assert "AAAAAAAAAAAA" not in step.result
+    assert "plain-words-deploy-secret" not in step.result
+    assert step.result.count(REDACTED) == 2
+
+
 def test_a_stopped_commands_output_is_scrubbed_too(scripted_chat, settings):
     settings.CONCH_COMMAND_TIMEOUT = 0.5
     chat = scripted_chat([command("echo ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123; sleep 5")])
@@ -311,6 +343,24 @@ def test_in_the_sandbox_a_command_can_change_only_its_own_folder(
     finally:
         for target in targets:
             target.unlink(missing_ok=True)
+
+
+def test_in_the_sandbox_tmp_is_the_commands_own(ctx, sandboxed, tmp_path):
+    theirs = Path(tempfile.mkdtemp(prefix="conch-test-tmp-", dir="/tmp"))
+    name = f"conch-test-{uuid.uuid4().hex}"
+    try:
+        (theirs / "left.txt").write_text("another program's temporary file\n")
+
+        result = run(
+            ctx, command=f"cat {theirs}/left.txt; echo mine > /tmp/{name}; cat /tmp/{name}"
+        )
+
+        assert "another program's temporary file" not in result.text
+        assert result.text.startswith("exit status 0\nmine\n")  # a scratch /tmp of its own
+        assert not (Path("/tmp") / name).exists()
+    finally:
+        shutil.rmtree(theirs, ignore_errors=True)
+        (Path("/tmp") / name).unlink(missing_ok=True)
 
 
 def test_in_the_sandbox_root_cannot_make_the_system_writable(ctx, sandboxed, settings):
@@ -574,7 +624,7 @@ def test_deleting_a_chat_ends_its_running_command(scripted_chat, workspace, mark
 
 
 def test_a_command_that_ignores_sigterm_is_killed_after_the_grace(
-    ctx, mode, settings, marker, monkeypatch
+    ctx, mode, settings, marker, monkeypatch, workspace
 ):
     settings.CONCH_COMMAND_TIMEOUT = 0.5
     monkeypatch.setattr(processes, "STOP_GRACE_SECONDS", 0.5)
@@ -584,17 +634,49 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace(
         run(ctx, command=f"trap '' TERM; sleep {marker}; echo late > proof.txt")
 
     assert processes_running(marker) == []
+    assert not (workspace / "proof.txt").exists()
 
 
 def test_a_stopped_command_gets_sigterm_first_so_it_can_tidy_up(ctx, mode, marker, workspace):
     ctx.interrupted = lambda: services.ERR_COMMAND_STOPPED  # the reply is stopped at once
 
     with pytest.raises(ToolError) as stopped:
-        run(ctx, command=f"trap 'echo tidied > tidy.txt; exit 0' TERM; sleep {marker} & wait")
+        # Tidying takes a moment: it must be given that moment, within the grace.
+        run(
+            ctx,
+            command=f"trap 'sleep 0.3; echo tidied > tidy.txt; exit 0' TERM; sleep {marker} & wait",
+        )
 
     assert str(stopped.value) == services.ERR_COMMAND_STOPPED
     assert (workspace / "tidy.txt").read_text() == "tidied\n"
     assert processes_running(marker) == []
+
+
+def test_a_command_stopped_from_another_thread_gets_sigterm_first_too(ctx, mode, marker, workspace):
+    """The Stop button's way in: the command's waiter is busy, another thread asks."""
+    os.mkfifo(workspace / "ready.fifo")
+    ended: list[str] = []
+
+    def wait_on_it() -> None:
+        try:
+            run(
+                ctx,
+                command="trap 'sleep 0.3; echo tidied > tidy.txt; exit 0' TERM; "
+                f"echo ready > ready.fifo; sleep {marker} & wait",
+            )
+        except ToolError as exc:
+            ended.append(str(exc))
+
+    waiter = threading.Thread(target=wait_on_it, daemon=True)
+    waiter.start()
+    pids = _started(workspace, marker)
+
+    assert processes.commands_stop(turn_id=ctx.turn.pk, reason="Stopped here.") == 1
+
+    assert wait_until_ended(pids, timeout=10) == []
+    waiter.join(30)
+    assert ended == ["Stopped here."]
+    assert (workspace / "tidy.txt").read_text() == "tidied\n"
 
 
 def test_a_command_that_runs_too_long_is_stopped_with_everything_it_started(
@@ -673,3 +755,22 @@ def test_recovery_never_ends_a_process_that_is_not_the_one_it_recorded(lone_slee
 
     assert found == (processes.ELSEWHERE if differs == "computer" else processes.GONE)
     assert lone_sleep.poll() is None  # left alone
+
+
+def test_recovery_never_ends_a_process_older_than_the_group_it_recorded(marker):
+    """The leader is gone and the id was reused: what is left started before ours."""
+    import subprocess
+
+    shell = subprocess.Popen(
+        ["sh", "-c", f"sleep {marker} >/dev/null & echo $!"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    older = int(shell.communicate(timeout=30)[0])  # the leader has exited: only its child is left
+    host, boot, ticks = processes.group_mark(older).split(" ")
+
+    found = processes.group_end_recorded(shell.pid, f"{host} {boot} {int(ticks) + 1}", grace=0.5)
+
+    assert found == processes.GONE
+    assert processes_running(marker) == [older]  # left alone
