@@ -26,7 +26,6 @@ from django.conf import settings
 SANDBOX_AUTO = "auto"
 SANDBOX_OFF = "off"
 SANDBOX_REQUIRED = "required"
-SANDBOX_MODES = (SANDBOX_AUTO, SANDBOX_OFF, SANDBOX_REQUIRED)
 
 # The environment every command gets, where the server has it.
 PASSED_ENV = ("PATH", "HOME", "LANG", "TERM", "TZ", "USER", "SHELL", "TMPDIR")
