@@ -18,6 +18,7 @@ from chats.models import (
     Task,
     Turn,
 )
+from chats.tools.sandbox import command_settings_errors
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -128,10 +129,10 @@ class EndpointFields(forms.Form):
         if "engine_config" in self.fields:
             others = {k: v for k, v in config.items() if k not in ENDPOINT_FIELDS.values()}
             self.initial["engine_config"] = others
-            self.fields[
-                "engine_config"
-            ].help_text = (
-                "Other engine settings, as JSON: retries, timeout, temperature, reserve_tokens."
+            self.fields["engine_config"].help_text = (
+                "Other engine settings, as JSON: retries, timeout, temperature, reserve_tokens; "
+                'for commands, "command_env" (a list of variable names passed to them) and '
+                '"command_network" (true lets them reach the network from the sandbox).'
             )
 
     def clean(self):
@@ -150,6 +151,8 @@ class EndpointFields(forms.Form):
             for field, key in (("model_base_url", "base_url"), ("model_name", "model")):
                 if not config.get(key) and not self.has_error(field):
                     self.add_error(field, "A persona on the openai engine needs this.")
+        for error in command_settings_errors(config):
+            self.add_error("engine_config" if "engine_config" in self.fields else None, error)
         cleaned["engine_config"] = config
         self.instance.engine_config = config
         return cleaned

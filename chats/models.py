@@ -409,6 +409,20 @@ class Step(models.Model):
     files = models.JSONField(default=list, blank=True, help_text="Full paths this step changed.")
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
+    # A command's process group, recorded as it starts: after a kill -9 of Conch the
+    # restarted runner finds what was left running and ends it (chats/processes.py).
+    process_group = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A command's process group id."
+    )
+    process_mark = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The computer, its boot and the group leader's start time: "
+        "tells the command's group from a reused id.",
+    )
+    sandboxed = models.BooleanField(
+        null=True, blank=True, help_text="For a command: whether it ran in the sandbox."
+    )
 
     class Meta:
         ordering = ["turn_id", "number"]

@@ -6,7 +6,13 @@ the runtime uses it before a step's arguments are stored.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from chats.models import Agent
 
 _KEY_SHAPES = [
     re.compile(r"\b(?:sk|pk|rk)-(?:live-|test-|proj-|ant-)?[A-Za-z0-9_\-]{16,}"),
@@ -36,3 +42,35 @@ def scrub_secrets(text: str, *, known: tuple[str, ...] = ()) -> str:
     for shape in _KEY_SHAPES:
         text = shape.sub(REDACTED, text)
     return _ASSIGNED.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+# Environment variables whose values are the server's secrets, wherever they show up:
+# named for a secret at their end (OPENAI_API_KEY, GITHUB_TOKEN), or Conch's stores.
+_SECRET_ENV = re.compile(
+    r"(?i)(?:^|_)(?:secret|secret_?key|token|password|passwd|api_?key|private_?key|access_?key|credentials?)$"
+    r"|^(?:database_url|redis_url)$"
+)
+# Shorter values are too likely to be ordinary words ("false", "1234") to take out.
+_SHORTEST_ENV_SECRET = 8
+
+
+def known_secrets(
+    agent: Agent | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """Secret values Conch holds: Django's key, secret-named variables, the persona's auth profiles.
+
+    For :func:`scrub_secrets`'s ``known``: a command's output that prints one of
+    them exactly is caught even when it has no key's shape.
+    """
+    from django.conf import settings
+
+    environ = os.environ if environ is None else environ
+    values = [settings.SECRET_KEY]
+    values += [
+        value
+        for name, value in environ.items()
+        if _SECRET_ENV.search(name) and len(value) >= _SHORTEST_ENV_SECRET
+    ]
+    if agent is not None and agent.pk is not None:
+        values += list(agent.auth_profiles.exclude(secret="").values_list("secret", flat=True))
+    return tuple(v for v in values if v)

@@ -82,6 +82,16 @@ def _private_folder(path: Path) -> None:
     _make_private(path)
 
 
+def envchoice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = _env(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)} (got {value!r}).")
+    return lowered
+
+
 def _conch_home() -> Path:
     raw = _env("CONCH_HOME") or "~/.conch"
     home = Path(raw).expanduser()
@@ -317,6 +327,10 @@ CONCH_CRON_LANE = envint("CONCH_CRON_LANE", 2, minimum=1)
 CONCH_RUNNER_THREADS = envint("CONCH_RUNNER_THREADS", 16, minimum=2)
 CONCH_COMMAND_TIMEOUT = envfloat("CONCH_COMMAND_TIMEOUT", 120.0, minimum=0.1)
 CONCH_COMMAND_OUTPUT_LIMIT = envint("CONCH_COMMAND_OUTPUT_LIMIT", 16_000, minimum=256)
+# Where commands run: in bubblewrap's sandbox when it works (auto), always (required:
+# a command is refused where it doesn't work) or never (off). See chats/tools/sandbox.py.
+CONCH_SANDBOX = envchoice("CONCH_SANDBOX", "auto", ("auto", "off", "required"))
+CONCH_SANDBOX_BWRAP = _env("CONCH_SANDBOX_BWRAP") or "bwrap"
 CONCH_TURN_LEASE_SECONDS = envint("CONCH_TURN_LEASE_SECONDS", 60, minimum=2)
 CONCH_WEBSOCKET_TIMEOUT = envint("CONCH_WEBSOCKET_TIMEOUT", 24 * 3600, minimum=60)
 # fetch_page: reading a web page as text. Private, loopback and link-local addresses

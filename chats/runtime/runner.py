@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from chats import events
+from chats import events, processes
 from chats.runtime import services
 
 log = logging.getLogger(__name__)
@@ -82,12 +82,15 @@ class Runner:
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
+        """Stop claiming, end the commands this runner's replies run, and let their steps end."""
         self._stop.set()
         self._wake.set()
         if self._unsubscribe:
             self._unsubscribe()
         if self._thread:
             self._thread.join(timeout)
+        # Their steps record why; the replies are released for the next start to pick up.
+        processes.commands_stop(worker=self.name, reason=services.ERR_COMMAND_SHUTDOWN)
         if self._pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
 

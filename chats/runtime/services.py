@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from chats import events
+from chats import events, processes
 from chats.engines import engine_for
 from chats.engines.base import Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
 from chats.models import (
@@ -45,7 +45,7 @@ from chats.models import (
     new_chain_id,
 )
 from chats.runtime import hooks
-from chats.secrets import scrub_secrets
+from chats.secrets import known_secrets, scrub_secrets
 from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered, validate_args
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,22 @@ TASK_STATE_AFTER = {
 ERR_TURN_NOT_RUNNING = "That reply isn't running."
 ERR_NOTHING_TO_APPROVE = "That reply isn't waiting for your OK."
 ERR_EMPTY_MESSAGE = "A message needs some words."
+# What a command's step says when the command was ended before it finished.
+ERR_COMMAND_STOPPED = "The reply was stopped, so its command was ended."
+ERR_COMMAND_REPLY_ENDED = "The reply ended, so its command was ended."
+ERR_COMMAND_SHUTDOWN = "Conch was shutting down, so the command was ended."
+ERR_COMMAND_ENDED_AFTER_RESTART = (
+    "Conch stopped while this command ran. After the restart, Conch ended what the "
+    "command had left running; it was not run again."
+)
+ERR_COMMAND_GONE_AT_RESTART = (
+    "Conch stopped while this command ran, and the command had ended with it; it was not run again."
+)
+ERR_COMMAND_ELSEWHERE = (
+    "Conch stopped while this command ran on another computer ({host}); it may still be "
+    "running there, and it was not run again."
+)
+ERR_WRITE_CUT_OFF = "Conch stopped while this step ran; it was not run again."
 
 
 class ConchError(Exception):
@@ -396,6 +412,12 @@ def _turn_end_locked(conversation: Conversation, turn: Turn, state: str, reason:
 
 
 def _after_turn_end(turn: Turn) -> None:
+    # A command the reply was running in this process ends with it; a runner in
+    # another process sees the ending at its next look (``_command_interrupted``).
+    processes.commands_stop(
+        turn_id=turn.pk,
+        reason=ERR_COMMAND_STOPPED if turn.state == TurnState.STOPPED else ERR_COMMAND_REPLY_ENDED,
+    )
     for hook in list(hooks.turn_end_hooks):
         try:
             hook(turn)
@@ -447,7 +469,9 @@ def conversation_stop(
 ) -> Turn | None:
     """Stop a chat's open reply. Returns the stopped turn, or None if nothing was open.
 
-    The runner notices at its next step boundary; a step already running
+    The runner notices at its next step boundary. A command the reply is
+    running is ended, with everything it started (SIGTERM, then SIGKILL after a
+    short grace), and its step records that; any other step already running
     finishes and is recorded, since its files really changed. ``note`` is what
     the chat's transcript says about it (by default, "Stopped: <reason>").
     """
@@ -608,7 +632,13 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
     Precondition: ``worker`` holds the turn's claim. No transaction is held
     while the engine chooses or the tool runs.
     """
-    turn = Turn.objects.select_related("conversation", "conversation__agent").get(pk=turn_id)
+    turn = (
+        Turn.objects.select_related("conversation", "conversation__agent")
+        .filter(pk=turn_id)
+        .first()
+    )
+    if turn is None:  # its chat was deleted
+        return Advance(False)
     if turn.state != TurnState.RUNNING or turn.ended_at is not None or turn.claimed_by != worker:
         return Advance(False)
     conversation = turn.conversation
@@ -830,7 +860,14 @@ def _run_step(
         Turn.objects.filter(pk=turn.pk).update(step_family=tool.family, step_started_at=now)
         _publish_chat(conversation, turn=turn.number, step=step.number, family=tool.family)
 
-    ctx = ToolContext(conversation=conversation, turn=turn, folder=turn.folder)
+    ctx = ToolContext(
+        conversation=conversation,
+        turn=turn,
+        folder=turn.folder,
+        step_id=step.pk,
+        worker=worker,
+        interrupted=lambda: _command_interrupted(turn.pk, worker),
+    )
     error = ""
     result_text = ""
     try:
@@ -842,9 +879,17 @@ def _run_step(
         log.exception("tool %s failed", tool.name)
         error = f"The tool failed: {exc.__class__.__name__}: {exc}"
     changed = list(dict.fromkeys(ctx.files_changed))
+    # What is stored is what the model reads next and what other chats may quote:
+    # keys and passwords go before it is kept (and before it is cut).
+    known = known_secrets(conversation.agent)
+    result_text = scrub_secrets(result_text, known=known)
+    error = scrub_secrets(error, known=known)
 
     with transaction.atomic():
-        conversation = _lock_chat(conversation.pk)
+        try:
+            conversation = _lock_chat(conversation.pk)
+        except Conversation.DoesNotExist:
+            return  # the chat was deleted while the tool ran (its command was ended)
         Step.objects.filter(pk=step.pk).update(
             result=result_text[:RESULT_LIMIT],
             error=error[:RESULT_LIMIT],
@@ -869,6 +914,36 @@ def _run_step(
             current.files_changed = files
             _turn_end_locked(conversation, current, TurnState.COMPLETED, ctx.let_go)
         _publish_chat(conversation, turn=turn.number, step=step.number, files=changed)
+
+
+def _command_interrupted(turn_pk: int, worker: str) -> str:
+    """Why a command this worker runs for the turn must end now, or "" if it may go on.
+
+    Asked every half second while a command runs: a Stop pressed in another
+    server process changes only the database.
+    """
+    try:
+        row = Turn.objects.filter(pk=turn_pk).values_list("state", "claimed_by").first()
+    except DatabaseError:  # a blip must not end a long command: look again next time
+        log.warning("could not look whether turn %s still runs", turn_pk, exc_info=True)
+        return ""
+    if row is None:
+        return ERR_COMMAND_REPLY_ENDED  # the chat was deleted
+    state, claimed_by = row
+    if state == TurnState.STOPPED:
+        return ERR_COMMAND_STOPPED
+    if state != TurnState.RUNNING or claimed_by != worker:
+        return ERR_COMMAND_REPLY_ENDED
+    return ""
+
+
+def step_record_command(
+    *, step_id: int, process_group: int, process_mark: str, sandboxed: bool
+) -> None:
+    """Write down a command's process group as it starts, so a restart can find it."""
+    Step.objects.filter(pk=step_id).update(
+        process_group=process_group, process_mark=process_mark, sandboxed=sandboxed
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -962,18 +1037,31 @@ def turns_recover(*, orphaned_only: bool = False) -> list[Turn]:
     return recovered
 
 
+def _cut_off_command_end(step: Step) -> str:
+    """End what a cut-off command left running, if it is still ours; the step's error."""
+    found = processes.group_end_recorded(step.process_group, step.process_mark)
+    if found == processes.ENDED:
+        return ERR_COMMAND_ENDED_AFTER_RESTART
+    if found == processes.ELSEWHERE:
+        return ERR_COMMAND_ELSEWHERE.format(host=step.process_mark.split(" ")[0])
+    if found == processes.GONE:
+        return ERR_COMMAND_GONE_AT_RESTART
+    return ERR_WRITE_CUT_OFF
+
+
 def _recover_one(turn: Turn) -> Turn:
     cut_off = turn.steps.filter(ended_at__isnull=True).order_by("-number").first()
+    cut_off_error = ERR_WRITE_CUT_OFF
+    if cut_off is not None and cut_off.process_group:
+        # Outside the transaction: ending a group waits up to its grace.
+        cut_off_error = _cut_off_command_end(cut_off)
     with transaction.atomic():
         conversation = _lock_chat(turn.conversation_id)
         turn = Turn.objects.get(pk=turn.pk)
         if turn.state != TurnState.RECOVERY_PENDING:
             return turn
         if cut_off is not None and cut_off.effect == Effect.WRITE:
-            Step.objects.filter(pk=cut_off.pk).update(
-                ended_at=timezone.now(),
-                error="Conch stopped while this step ran; it was not run again.",
-            )
+            Step.objects.filter(pk=cut_off.pk).update(ended_at=timezone.now(), error=cut_off_error)
             entry_append(
                 conversation=conversation,
                 role=EntryRole.CONCH,

@@ -44,6 +44,11 @@ class ToolContext:
     # (``wait_for``): the reply then ends, and carries on when what it waits for is done.
     files_changed: list[str] = field(default_factory=list)
     let_go: str = ""
+    # Set by the runtime: the step being run, the runner running it, and what a long
+    # tool (a command) asks while it waits: why it must give up now, or "" to go on.
+    step_id: int | None = None
+    worker: str = ""
+    interrupted: Callable[[], str] = field(default=lambda: "")
 
 
 @dataclass(frozen=True)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import errno
 import os
-import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from chats import processes
+from chats.models import Step
+from chats.secrets import known_secrets, scrub_secrets
+from chats.tools import sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.registry import (
     EDITING_FILES,
@@ -26,8 +30,10 @@ from chats.tools.registry import (
 
 READ_LIMIT = 200_000
 LIST_LIMIT = 500
-# After a timed-out command's group is killed, how long to collect what it printed.
+# After a command's group is ended, how long to collect what it printed.
 AFTER_KILL_SECONDS = 2.0
+# How often a running command looks whether its reply was stopped in another process.
+LOOK_EVERY_SECONDS = 0.5
 STDERR_LABEL = "stderr:\n"
 ERR_OUTSIDE = "{path!r} is outside this chat's folder ({folder})."
 ERR_NO_FOLDER = "This chat's folder ({folder}) does not exist."
@@ -248,52 +254,131 @@ def _cut(text: str, limit: int) -> str:
     return text[:head] + note + (text[-tail:] if tail else "")
 
 
-def _kill_group(process: subprocess.Popen) -> None:
-    """Kill the command and everything it started (its own session, so its own group)."""
+def _command_argv(
+    ctx: ToolContext, folder: str, command: str, chosen: sandbox.CommandSettings
+) -> tuple[list[str], bool, str]:
+    """How to run ``command``: its argv, whether it is sandboxed, and a note for the chat."""
+    shell = ["/bin/sh", "-c", command]
+    if settings.CONCH_SANDBOX == sandbox.SANDBOX_OFF:
+        return shell, False, ""
+    probe = sandbox.sandbox_probe()
+    if probe.works:
+        return sandbox.bwrap_argv(probe.bwrap, folder, network=chosen.network) + shell, True, ""
+    if settings.CONCH_SANDBOX == sandbox.SANDBOX_REQUIRED:
+        raise ToolError(sandbox.ERR_SANDBOX_REQUIRED.format(why=probe.why))
+    # auto, where bwrap doesn't work: the chat is told once, at its first such command.
+    told = (
+        Step.objects.filter(turn__conversation_id=ctx.conversation.pk, sandboxed=False)
+        .exclude(pk=ctx.step_id)
+        .exists()
+    )
+    return shell, False, "" if told else sandbox.NOTE_NO_SANDBOX.format(why=probe.why) + "\n"
+
+
+def _end_and_collect(process: subprocess.Popen, *, sandboxed: bool) -> str:
+    """End the command's whole group (SIGTERM, a grace, SIGKILL); what it printed to stdout."""
+    processes.group_end(process.pid, process=process, spare_leader=sandboxed)
     try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        out, _ = process.communicate(timeout=AFTER_KILL_SECONDS)
+    except subprocess.TimeoutExpired as exc:  # something left the group and holds the pipe
+        out = exc.stdout or ""
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
+        process.wait()
+    if isinstance(out, bytes):
+        out = out.decode("utf-8", errors="replace")
+    return out or ""
 
 
 def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     timeout = min(
         float(args.get("timeout") or settings.CONCH_COMMAND_TIMEOUT), settings.CONCH_COMMAND_TIMEOUT
     )
-    limit = settings.CONCH_COMMAND_OUTPUT_LIMIT
     folder = os.path.realpath(ctx.folder)
     if not os.path.isdir(folder):
         raise ToolError(ERR_NO_FOLDER.format(folder=ctx.folder))
-    process = subprocess.Popen(  # noqa: S602 - running the person's command is this tool's job
-        args["command"],
-        shell=True,
+    agent = ctx.conversation.agent
+    try:
+        chosen = sandbox.command_settings(agent.engine_config)
+    except ValueError as exc:
+        raise ToolError(f"The persona {agent.slug!r} has bad command settings: {exc}") from None
+    argv, sandboxed, note = _command_argv(ctx, folder, args["command"], chosen)
+    known = known_secrets(agent)
+    try:
+        text = _run_and_wait(
+            ctx, argv, folder, sandbox.command_environment(chosen), timeout, sandboxed, known
+        )
+    except ToolError as exc:
+        raise ToolError(note + str(exc)) from None
+    return ToolResult(note + text)
+
+
+def _run_and_wait(
+    ctx: ToolContext,
+    argv: list[str],
+    folder: str,
+    env: dict[str, str],
+    timeout: float,
+    sandboxed: bool,
+    known: tuple[str, ...],
+) -> str:
+    limit = settings.CONCH_COMMAND_OUTPUT_LIMIT
+    process = subprocess.Popen(  # noqa: S603 - running the person's command is this tool's job
+        argv,
         cwd=folder,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
         errors="replace",
+        # Its own session, so its own process group: the command and all it starts
+        # end together, and a restart can find them by the group recorded on the step.
         start_new_session=True,
     )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        # Killing only the shell would leave what it started running, unseen.
-        _kill_group(process)
-        try:
-            out, _ = process.communicate(timeout=AFTER_KILL_SECONDS)
-        except subprocess.TimeoutExpired as exc:  # something left the group and holds the pipe
-            out = exc.stdout or ""
-            for pipe in (process.stdout, process.stderr):
-                if pipe is not None:
-                    pipe.close()
-            process.wait()
-        if isinstance(out, bytes):
-            out = out.decode("utf-8", errors="replace")
-        message = f"The command did not finish within {timeout:g} s and was stopped."
+    if ctx.step_id is not None:
+        from chats.runtime.services import step_record_command
+
+        step_record_command(
+            step_id=ctx.step_id,
+            process_group=process.pid,
+            process_mark=processes.group_mark(process.pid),
+            sandboxed=sandboxed,
+        )
+    deadline = time.monotonic() + timeout
+    why = ""
+    finished: tuple[str, str] | None = None
+    with processes.running(
+        process, turn_id=ctx.turn.pk, worker=ctx.worker, sandboxed=sandboxed
+    ) as command:
+        while finished is None and not why:
+            wait = max(min(LOOK_EVERY_SECONDS, deadline - time.monotonic()), 0.01)
+            try:
+                finished = process.communicate(timeout=wait)
+                continue
+            except subprocess.TimeoutExpired:
+                pass
+            # A Stop in this process reaches the command at once; a Stop in another,
+            # or the reply ending any other way, is seen here within a look.
+            why = command.stop_reason or ctx.interrupted()
+            if not why and time.monotonic() >= deadline:
+                why = f"The command did not finish within {timeout:g} s and was stopped."
+        # Stopped as it ended: the SIGTERM it was sent may be why it ended.
+        why = why or command.stop_reason
+    if why:
+        if finished is None:
+            out = _end_and_collect(process, sandboxed=sandboxed)
+        else:  # the leader is gone; end what it may have left in its group
+            processes.group_end(process.pid, process=process, spare_leader=sandboxed)
+            out = finished[0]
+        out = scrub_secrets(out, known=known)
+        message = why
         if out:
             message += "\n" + _cut(out, max(limit - len(message) - 1, 0))
-        raise ToolError(message) from None
+        raise ToolError(message)
+    assert finished is not None
+    stdout, stderr = (scrub_secrets(text or "", known=known) for text in finished)
     header = f"exit status {process.returncode}"
     # The whole result fits in the limit: stderr gets up to half when both are long.
     budget = max(limit - len(header) - 2 - len(STDERR_LABEL), 0)
@@ -303,7 +388,7 @@ def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         parts.append(_cut(stdout, budget - err_budget))
     if stderr:
         parts.append(STDERR_LABEL + _cut(stderr, err_budget))
-    return ToolResult("\n".join(parts))
+    return "\n".join(parts)
 
 
 def _path_schema(

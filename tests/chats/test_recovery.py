@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,15 @@ from chats.models import Effect, EntryKind, EntryRole, Status, Step, Turn, TurnS
 from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.tools.registry import EDITING_FILES, READING_FILES
+from tests.commands import (
+    kill_all,
+    processes_running,
+    sleep_marker,
+    wait_for_fifo,
+    wait_until_ended,
+)
 from tests.factories import StepFactory
+from tests.scaleout.processes import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 DEAD = "dead-host:4242:abcdef"
@@ -207,7 +214,10 @@ _DOOMED_WORKER = textwrap.dedent(
     folder = os.environ["CRASH_FOLDER"]
     owner = get_user_model().objects.create(username="owner")
     Agent.objects.create(slug="main", name="Conch", workspace=folder, is_default=True)
-    command = "echo run >> runs.log; echo $$ > ready.fifo; exec sleep 30"
+    command = (
+        "echo run >> runs.log; echo ready > ready.fifo; "
+        f"sleep {os.environ['CRASH_MARKER']}; echo late > proof.txt"
+    )
     chat = services.conversation_create(
         owner=owner,
         title="Crash",
@@ -233,7 +243,8 @@ _RESTARTED_SERVER = textwrap.dedent(
         "state": turn.state,
         "claimed_by": turn.claimed_by,
         "cut_off": [
-            [s.tool, s.effect] for s in Step.objects.filter(turn=turn, ended_at__isnull=True)
+            [s.tool, s.effect, bool(s.process_group), bool(s.process_mark)]
+            for s in Step.objects.filter(turn=turn, ended_at__isnull=True)
         ],
     }
     recovered = [t.state for t in services.turns_recover()]
@@ -252,51 +263,43 @@ _RESTARTED_SERVER = textwrap.dedent(
 )
 
 
-def _own_database_env(home: Path, folder: Path) -> dict[str, str]:
+def _own_database_env(home: Path, folder: Path, **more: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(
         CONCH_HOME=str(home),
         CRASH_FOLDER=str(folder),
         DJANGO_SETTINGS_MODULE="conch.settings",
         PYTHONPATH=str(REPO),
+        **more,
     )
     env.pop("CONCH_TEST_SQLITE", None)
     return env
 
 
-def _wait_for_fifo(fifo: Path, timeout: float) -> str | None:
-    """The first line a writer puts in ``fifo``, or None if none came in time."""
-    got: list[str] = []
-
-    def read() -> None:
-        with open(fifo) as fh:  # blocks until the command opens it to write
-            got.append(fh.read().strip())
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(timeout)
-    if reader.is_alive():  # unblock the reader so the thread ends
-        with open(fifo, "w"):
-            pass
-        reader.join(5)
-        return None
-    return got[0]
+@pytest.fixture
+def marker():
+    mark = sleep_marker()
+    yield mark
+    kill_all(mark)
 
 
+@pytest.mark.parametrize("mode", ["off", "required"], ids=["plain", "sandboxed"])
 def test_a_worker_killed_during_a_command_leaves_a_reply_that_is_interrupted_not_run_again(
-    tmp_path,
+    tmp_path, mode, marker
 ):
     """A real process claims the reply and is SIGKILLed while its command runs.
 
     It has its own SQLite file (its own CONCH_HOME), so the crash and the
-    restart share a database on disk, as a server and its restart do.
+    restart share a database on disk, as a server and its restart do. A plain
+    command outlives the worker, in a session of its own, and the restart ends
+    it; a sandboxed one dies with the worker (bwrap's --die-with-parent).
     """
     home, folder = tmp_path / "home", tmp_path / "folder"
     home.mkdir()
     folder.mkdir()
     fifo = folder / "ready.fifo"
     os.mkfifo(fifo)
-    env = _own_database_env(home, folder)
+    env = _own_database_env(home, folder, CONCH_SANDBOX=mode, CRASH_MARKER=marker)
     worker = subprocess.Popen(
         [sys.executable, "-c", _DOOMED_WORKER],
         cwd=REPO,
@@ -305,14 +308,12 @@ def test_a_worker_killed_during_a_command_leaves_a_reply_that_is_interrupted_not
         stderr=subprocess.PIPE,
         text=True,
     )
-    command_pid = None
     try:
-        ready = _wait_for_fifo(fifo, timeout=120)
-        if ready is None:
+        if wait_for_fifo(fifo, timeout=120) is None:
             worker.kill()
             _, err = worker.communicate(timeout=30)
             pytest.fail(f"the worker never reached its command:\n{err}")
-        command_pid = int(ready)
+        left = wait_until(lambda: processes_running(marker), timeout=30, what="the command's sleep")
         worker.send_signal(signal.SIGKILL)
         worker.communicate(timeout=30)
         assert worker.returncode == -signal.SIGKILL
@@ -320,12 +321,11 @@ def test_a_worker_killed_during_a_command_leaves_a_reply_that_is_interrupted_not
         if worker.poll() is None:
             worker.kill()
             worker.communicate(timeout=30)
-        if command_pid is not None:
-            try:  # the command had its own session, so it outlived the worker
-                os.kill(command_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
+    if mode == "off":
+        assert processes_running(marker) == left, "a plain command outlives a killed worker"
+    else:
+        assert wait_until_ended(left, timeout=10) == [], "the sandbox outlived its worker"
     restart = subprocess.run(
         [sys.executable, "-c", _RESTARTED_SERVER],
         cwd=REPO,
@@ -337,16 +337,23 @@ def test_a_worker_killed_during_a_command_leaves_a_reply_that_is_interrupted_not
     assert restart.returncode == 0, restart.stderr
     seen = json.loads(restart.stdout.strip().splitlines()[-1])
 
+    assert wait_until_ended(left, timeout=10) == [], "the restart left the command running"
+    assert not (folder / "proof.txt").exists()  # nothing is left that could write it
     assert seen["before"] == {
         "state": TurnState.RUNNING,
         "claimed_by": "doomed-worker",
-        "cut_off": [["run_command", Effect.WRITE]],
+        "cut_off": [["run_command", Effect.WRITE, True, True]],
     }
     assert seen["recovered"] == [TurnState.INTERRUPTED]
     assert seen["state"] == TurnState.INTERRUPTED
     assert seen["status"] == Status.STOPPED
     [(tool, error, ended)] = seen["steps"]
     assert (tool, ended) == ("run_command", True)
+    assert error == (
+        services.ERR_COMMAND_ENDED_AFTER_RESTART
+        if mode == "off"
+        else services.ERR_COMMAND_GONE_AT_RESTART
+    )
     assert "not run again" in error
     assert (folder / "runs.log").read_text() == "run\n"  # it ran once, and only once
     notes = [(text, data) for role, text, data in seen["entries"] if role == EntryRole.CONCH]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import io
+import os
 import re
 import signal
 import sqlite3
@@ -20,8 +21,16 @@ import pytest
 from django.core.management import call_command
 
 from chats.management.commands import serve
+from chats.runtime.services import ERR_COMMAND_SHUTDOWN, ERR_COMMAND_STOPPED
 from chats.signin import signin_token_redeem
 from conch.static import StaticFiles
+from tests.commands import (
+    kill_all,
+    processes_running,
+    sleep_marker,
+    wait_for_fifo,
+    wait_until_ended,
+)
 from tests.scaleout.processes import REPO, process_env, wait_until
 
 _SCRIPT = Path(sys.executable).with_name("conch")
@@ -269,6 +278,92 @@ def test_a_worker_runs_replies_logs_its_claims_and_stops_on_sigterm(home, env):
     assert (folder / "proof.txt").read_text() == "ran"
     assert re.search(r"worker \S+ claimed turn \d+", text), text
     assert re.search(r"worker \S+ stopped after 1 replies", text), text
+
+
+# -- a command a worker runs ends when its reply is stopped, or the worker is -------
+
+LONG_COMMAND_SEED = """
+import os
+from django.core.management import call_command
+from django.contrib.auth import get_user_model
+from chats.runtime import services
+
+call_command("migrate", interactive=False, verbosity=0)
+folder = os.environ["SEED_FOLDER"]
+command = f"echo ready > ready.fifo; sleep {os.environ['SEED_MARKER']}; echo late > proof.txt"
+owner = get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True)
+chat = services.conversation_create(owner=owner, title="Long", folder=folder, script=[[
+    {"tool": "run_command", "args": {"command": command}},
+    {"say": "After."},
+]])
+services.message_send(conversation=chat, text="go")
+"""
+
+STOP_FROM_ANOTHER_PROCESS = """
+from chats.models import Conversation
+from chats.runtime import services
+services.conversation_stop(conversation=Conversation.objects.get())
+"""
+
+
+@pytest.fixture
+def marker():
+    mark = sleep_marker()
+    yield mark
+    kill_all(mark)
+
+
+def worker_running_a_long_command(home, env, marker) -> tuple[subprocess.Popen, Path, list[int]]:
+    folder = home / "work"
+    folder.mkdir()
+    os.mkfifo(folder / "ready.fifo")
+    seeded = conch(
+        "shell",
+        "-c",
+        LONG_COMMAND_SEED,
+        env={**env, "SEED_FOLDER": str(folder), "SEED_MARKER": marker},
+    )
+    assert seeded.returncode == 0, seeded.stderr
+    worker = start("worker", env=env, log=home / "worker.log")
+    if wait_for_fifo(folder / "ready.fifo", timeout=60) != "ready":
+        stop(worker)
+        pytest.fail("the worker never ran the command:\n" + (home / "worker.log").read_text())
+    pids = wait_until(lambda: processes_running(marker), timeout=30, what="the command's sleep")
+    return worker, folder, pids
+
+
+def step_rows(home: Path) -> list[tuple[str, str, int | None]]:
+    with sqlite3.connect(home / "conch.sqlite3") as db:
+        return list(db.execute("SELECT tool, error, process_group FROM chats_step"))
+
+
+def test_a_stop_pressed_in_another_process_ends_the_command_a_worker_runs(home, env, marker):
+    worker, folder, pids = worker_running_a_long_command(home, env, marker)
+    try:
+        stopped = conch("shell", "-c", STOP_FROM_ANOTHER_PROCESS, env=env)
+        assert stopped.returncode == 0, stopped.stderr
+
+        assert wait_until_ended(pids, timeout=15) == [], "the command outlived the Stop"
+        wait_until(lambda: step_rows(home)[0][1], timeout=15, what="the step to be recorded")
+    finally:
+        stop(worker)
+    assert not (folder / "proof.txt").exists()
+    [(tool, error, group)] = step_rows(home)
+    assert (tool, error) == ("run_command", ERR_COMMAND_STOPPED)
+    assert group
+    assert turn_states(home) == ["stopped"]
+
+
+def test_a_worker_stopped_with_sigterm_ends_its_commands_and_lets_the_reply_go(home, env, marker):
+    worker, folder, pids = worker_running_a_long_command(home, env, marker)
+
+    code = stop(worker)  # well before the command's 30 s are up
+
+    assert code == 0, (home / "worker.log").read_text()
+    assert wait_until_ended(pids, timeout=10) == []
+    assert not (folder / "proof.txt").exists()
+    assert [error for _, error, _ in step_rows(home)] == [ERR_COMMAND_SHUTDOWN]
+    assert turn_states(home) == ["running"]  # released: the next runner carries it on
 
 
 # -- everything else goes to Django ----------------------------------------------

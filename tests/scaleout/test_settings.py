@@ -34,6 +34,7 @@ def test_conch_checks_and_migrates_on_postgresql(scaleout):
         ("CONCH_SUBAGENT_LANE", "abc", "CONCH_SUBAGENT_LANE must be a whole number"),
         ("CONCH_SUBAGENT_LANE", "0", "CONCH_SUBAGENT_LANE must be at least 1"),
         ("CONCH_DEBUG", "maybe", "CONCH_DEBUG must be true or false"),
+        ("CONCH_SANDBOX", "sometimes", "CONCH_SANDBOX must be one of auto, off, required"),
     ],
 )
 def test_a_bad_setting_stops_start_up_with_its_name(tmp_path, variable, value, message):

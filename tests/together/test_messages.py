@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
+from django.db import connection
 
 from chats.models import (
     Entry,
@@ -19,6 +23,15 @@ from chats.models import (
 from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.runtime.services import ConchError
+from chats.tools.registry import ToolContext, ToolError, get_tool
+from tests.commands import (
+    kill_all,
+    processes_running,
+    sleep_marker,
+    wait_for_fifo,
+    wait_until_ended,
+)
+from tests.scaleout.processes import wait_until
 from tests.together.conftest import look, message
 from together import messages as msgs
 from together.messages import (
@@ -315,6 +328,44 @@ def test_stop_chat_stops_the_reply_and_the_stopped_chat_hears_why(live):
     assert b_turn.state == TurnState.STOPPED
     assert "Stopped by “A”" in entries(b, EntryKind.CARD)[0]
     assert any("Its reason: I am changing the same files" in n for n in entries(b, EntryKind.NOTE))
+
+
+def test_stop_chat_ends_the_command_the_stopped_chat_is_running(live, workspace):
+    mark = sleep_marker()
+    os.mkfifo(workspace / "ready.fifo")
+    b = live.chat("B", [])
+    b_turn = live.start(b)
+    # B's command runs on a thread of its own, as a runner's would. It touches the
+    # database only as it starts: the tests' in-memory SQLite has no busy wait.
+    tool = get_tool("run_command")
+    args = {"command": f"echo ready > ready.fifo; sleep {mark}; echo late > proof.txt"}
+    ctx = ToolContext(conversation=b, turn=b_turn, folder=str(workspace))
+    ended: list[str] = []
+
+    def run_b() -> None:
+        try:
+            tool.run(ctx, args)
+        except ToolError as exc:
+            ended.append(str(exc))
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run_b, daemon=True)
+    runner.start()
+    try:
+        assert wait_for_fifo(workspace / "ready.fifo", timeout=60) == "ready"
+        pids = wait_until(lambda: processes_running(mark), timeout=30, what="B's command")
+        a = live.chat("A", [[{"tool": "stop_chat", "args": {"chat": b.public_id, "reason": "r"}}]])
+        live.start(a)
+        live.step(a, 2)
+
+        assert wait_until_ended(pids, timeout=10) == [], "B's command outlived stop_chat"
+        runner.join(30)
+    finally:
+        kill_all(mark)
+    assert ended == [services.ERR_COMMAND_STOPPED]
+    assert not (workspace / "proof.txt").exists()
+    assert Turn.objects.get(pk=b_turn.pk).state == TurnState.STOPPED
 
 
 def test_stop_chat_asks_first_in_ask_mode_and_after_reading_outside(live):

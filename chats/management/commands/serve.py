@@ -2,9 +2,10 @@
 
 Daphne sends no lifespan event, so the runner that executes replies starts
 here, before the server takes its first request, and stops when the server
-does (Ctrl-C or SIGTERM). Static files are served by Django's ASGI static
-handler in front of the app (:class:`conch.static.StaticFiles`), so
-``/static/`` works with DEBUG off and nothing needs collecting.
+does (Ctrl-C or SIGTERM), ending the commands its replies are running. Static
+files are served by Django's ASGI static handler in front of the app
+(:class:`conch.static.StaticFiles`), so ``/static/`` works with DEBUG off and
+nothing needs collecting.
 """
 
 from __future__ import annotations

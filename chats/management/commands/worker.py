@@ -4,7 +4,9 @@ Any number of workers and ``conch serve`` processes share one database; each
 reply is claimed by exactly one of them (``services.turn_claim``). A worker
 never migrates: the database must already be migrated (``conch migrate`` or
 ``conch serve`` does it), and a worker on an unmigrated one refuses to start.
-It runs until SIGTERM or SIGINT, then lets its running steps finish.
+It runs until SIGTERM or SIGINT, then ends the commands its replies are running
+(their steps say so) and lets its running steps finish; the replies are picked
+up again by the next runner.
 """
 
 from __future__ import annotations
