@@ -10,9 +10,14 @@ from __future__ import annotations
 import os
 import secrets
 import select
+import shutil
 import threading
 import time
 from pathlib import Path
+
+# A Python for commands to run. Not sys.executable: the test's own venv may sit in
+# a folder the sandbox hides (a clone in /tmp), where a command would find nothing.
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
 
 def sleep_marker() -> str:

@@ -337,21 +337,23 @@ def _run_and_wait(
         # end together, and a restart can find them by the group recorded on the step.
         start_new_session=True,
     )
-    if ctx.step_id is not None:
-        from chats.runtime.services import step_record_command
-
-        step_record_command(
-            step_id=ctx.step_id,
-            process_group=process.pid,
-            process_mark=processes.group_mark(process.pid),
-            sandboxed=sandboxed,
-        )
     deadline = time.monotonic() + timeout
     why = ""
     finished: tuple[str, str] | None = None
+    # Listed as running before anything else, so a Stop that comes while the step
+    # is being written down still finds it.
     with processes.running(
         process, turn_id=ctx.turn.pk, worker=ctx.worker, sandboxed=sandboxed
     ) as command:
+        if ctx.step_id is not None:
+            from chats.runtime.services import step_record_command
+
+            step_record_command(
+                step_id=ctx.step_id,
+                process_group=process.pid,
+                process_mark=processes.group_mark(process.pid),
+                sandboxed=sandboxed,
+            )
         while finished is None and not why:
             wait = max(min(LOOK_EVERY_SECONDS, deadline - time.monotonic()), 0.01)
             try:

@@ -28,6 +28,7 @@ from chats.secrets import REDACTED
 from chats.tools import sandbox
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
 from tests.commands import (
+    PYTHON,
     kill_all,
     processes_running,
     sleep_marker,
@@ -397,16 +398,16 @@ def _connected(server: socket.socket) -> bool:
 
 
 def _connect_command(port: int) -> str:
-    import sys
-
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); print('reached')"
-    return f'{sys.executable} -c "{code}"'
+    return f'{PYTHON} -c "{code}"'
 
 
 def test_in_the_sandbox_a_command_cannot_reach_the_network(ctx, sandboxed, listener):
     result = run(ctx, command=_connect_command(listener.getsockname()[1]))
 
     assert "reached" not in result.text
+    # It ran, and was refused: not a command that never started.
+    assert result.text.startswith("exit status 1") and "ConnectionRefusedError" in result.text
     assert not _connected(listener)
 
 
@@ -423,8 +424,6 @@ def test_a_persona_that_allows_the_network_reaches_it_from_the_sandbox(
 
 
 def test_in_the_sandbox_a_command_cannot_reach_a_socket_in_run(ctx, sandboxed):
-    import sys
-
     path = Path("/run") / f"conch-test-{uuid.uuid4().hex[:12]}.sock"
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
@@ -432,9 +431,10 @@ def test_in_the_sandbox_a_command_cannot_reach_a_socket_in_run(ctx, sandboxed):
     server.setblocking(False)
     try:
         code = f"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{path}'); print('reached')"
-        result = run(ctx, command=f'{sys.executable} -c "{code}"')
+        result = run(ctx, command=f'{PYTHON} -c "{code}"')
 
         assert "reached" not in result.text
+        assert result.text.startswith("exit status 1") and "FileNotFoundError" in result.text
         assert not _connected(server)
     finally:
         server.close()
@@ -670,6 +670,12 @@ def test_a_command_stopped_from_another_thread_gets_sigterm_first_too(ctx, mode,
     waiter = threading.Thread(target=wait_on_it, daemon=True)
     waiter.start()
     pids = _started(workspace, marker)
+    # The shell can say it is ready before the waiter's thread has listed it as running.
+    wait_until(
+        lambda: processes.commands_running(turn_id=ctx.turn.pk),
+        timeout=30,
+        what="the command to be listed as running",
+    )
 
     assert processes.commands_stop(turn_id=ctx.turn.pk, reason="Stopped here.") == 1
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
 from chats.tools.workspace import READ_LIMIT, confine
+from tests.commands import PYTHON
 from tests.factories import ConversationFactory, TurnFactory
 
 PATH_TOOLS = {
@@ -233,7 +233,7 @@ def test_a_commands_output_is_cut_to_the_limit_keeping_its_head_and_tail(ctx, se
     chosen = ["stdout", "stderr"] if stream == "both" else [stream]
     code = "; ".join(["import sys", *(body.format(targets[s]) for s in chosen)])
 
-    result = run("run_command", ctx, command=f'{sys.executable} -c "{code}"')
+    result = run("run_command", ctx, command=f'{PYTHON} -c "{code}"')
 
     assert len(result.text) <= 300
     assert result.text.startswith("exit status 0")

@@ -13,8 +13,6 @@ demo chats exists yet, so a second run never undoes the chats' edits.
 
 from __future__ import annotations
 
-import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +53,9 @@ class DemoChat:
 
 
 def demo_chats() -> list[DemoChat]:
-    python = shlex.quote(sys.executable)
+    # python3 from PATH, not this process's interpreter: a venv in a folder the
+    # command sandbox hides (/tmp, another home) would not be there for the command.
+    python = "python3"
     return [
         DemoChat(
             slug="tidy",
