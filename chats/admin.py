@@ -1,4 +1,7 @@
-"""The admin is for inspecting. History (entries, turns, steps) is read-only."""
+"""The admin is for inspecting. History (entries, turns, steps) is read-only.
+
+``ReadOnlyAdmin`` and ``AgentAdmin`` are bases other apps' admins build on.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ from chats.forms import WriteOnlySecretMixin
 from chats.models import (
     Agent,
     AuthProfile,
-    Binding,
     Conversation,
     Entry,
     QueuedInput,
@@ -63,12 +65,6 @@ class AuthProfileInline(admin.TabularInline):
     extra = 0
     fields = ["name", "provider", "secret", "masked"]
     readonly_fields = ["masked"]
-
-
-class BindingInline(admin.TabularInline):
-    model = Binding
-    extra = 0
-    fields = ["channel", "account_id", "peer", "parent_peer", "guild_id", "roles", "team_id"]
 
 
 # The model endpoint's settings, each kept under its key in Agent.engine_config.
@@ -163,7 +159,9 @@ class AgentAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "workspace", "is_default", "engine"]
     list_filter = ["is_default", "engine"]
     search_fields = ["slug", "name", "workspace"]
-    inlines = [AuthProfileInline, BindingInline]
+    # Another app that adds a persona's records subclasses this and registers its own
+    # (the gateway's adds bindings), so this module never imports it.
+    inlines = [AuthProfileInline]
     actions = ["check_connection"]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -211,13 +209,6 @@ class AuthProfileAdmin(admin.ModelAdmin):
     list_filter = ["provider"]
     search_fields = ["name", "agent__slug"]
     readonly_fields = ["masked"]
-
-
-@admin.register(Binding)
-class BindingAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "agent", "channel", "account_id", "peer", "guild_id", "team_id"]
-    list_filter = ["channel", "agent"]
-    search_fields = ["peer", "parent_peer", "guild_id", "team_id", "account_id"]
 
 
 class EntryInline(ReadOnlyInline):
@@ -334,6 +325,3 @@ class QueuedInputAdmin(ReadOnlyAdmin):
 class SignInTokenAdmin(ReadOnlyAdmin):
     list_display = ["user", "created_at", "used_at"]
     exclude = ["digest"]
-
-
-from chats.gateway import admin as gateway_admin  # noqa: E402,F401  registers the gateway's admin

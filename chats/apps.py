@@ -12,9 +12,6 @@ class ChatsConfig(AppConfig):
         from chats.tools import web
 
         web.register_tools()  # fetch_page: reading a web page marks the chat untrusted
-        from chats.gateway.wiring import connect_gateway
-
-        connect_gateway()  # the gateway: its hooks, senders and sweeps
         from chats.signout import connect_signout
 
         connect_signout()  # a session that ends closes its sockets

@@ -106,40 +106,6 @@ class AuthProfile(models.Model):
         return secret_masked(self.secret)
 
 
-class Binding(models.Model):
-    """A rule mapping an inbound origin to an agent. Every field it sets must match."""
-
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="bindings")
-    channel = models.CharField(max_length=32)
-    account_id = models.CharField(max_length=128, blank=True, help_text='"*" for any account.')
-    peer = models.CharField(max_length=128, blank=True)
-    parent_peer = models.CharField(max_length=128, blank=True)
-    guild_id = models.CharField(max_length=128, blank=True)
-    roles = models.JSONField(default=list, blank=True)
-    team_id = models.CharField(max_length=128, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.match_fields().items()]
-        return f"{' '.join(parts)} → {self.agent.slug}"
-
-    def match_fields(self) -> dict[str, object]:
-        fields = {"channel": self.channel}
-        for name in ("account_id", "peer", "parent_peer", "guild_id", "team_id"):
-            value = getattr(self, name)
-            if value:
-                fields[name] = value
-        if self.roles:
-            fields["roles"] = sorted(self.roles)
-        return fields
-
-    def clean(self) -> None:
-        # The gateway owns the ladder: a binding that would tie with another is refused.
-        from chats.gateway.routing import binding_check
-
-        binding_check(self)
-
-
 class Status(models.TextChoices):
     """A chat's state, as the chat list has it."""
 
@@ -519,6 +485,3 @@ class EventStream(models.Model):
 
     def __str__(self) -> str:
         return f"events for {self.owner} at {self.seq}"
-
-
-from chats.gateway.models import *  # noqa: E402,F401,F403  the gateway's records, app label chats

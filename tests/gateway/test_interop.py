@@ -10,9 +10,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from chats.gateway.maintenance import maintenance_run
-from chats.gateway.models import SessionOrigin
+from chats.gateway.models import Binding, SessionOrigin
 from chats.gateway.selectors import gateway_config
-from chats.models import Agent, Binding, Conversation, Entry, EntryRole, Mode, Taint
+from chats.models import Agent, Conversation, Entry, EntryRole, Mode, Taint
 from chats.runtime import services
 from chats.runtime.runner import drain
 

@@ -9,11 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from chats.gateway.ladder import Tier
 from chats.gateway.maintenance import maintenance_run
-from chats.gateway.models import DmScope
-from chats.gateway.routing import Tier, resolve_route
+from chats.gateway.models import Binding, DmScope
+from chats.gateway.routing import resolve_route
 from chats.gateway.selectors import auth_profile_for, gateway_config
-from chats.models import AuthProfile, Binding, Conversation, Entry, Lane, Turn
+from chats.models import AuthProfile, Conversation, Entry, Lane, Turn
 from chats.runtime import services
 from chats.runtime.runner import drain
 from tests.gateway.conftest import message
