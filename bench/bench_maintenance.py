@@ -49,7 +49,7 @@ def build(sessions: int, entries: int) -> dict:
     from django.utils import timezone
 
     from chats.models import Conversation, Origin, Status
-    from chats.runtime.services import default_agent
+    from chats.runtime.chats import default_agent
     from chats.signin import owner_ensure
     from together import fulltext
 

@@ -17,11 +17,14 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.db.models import F
+
+if TYPE_CHECKING:
+    from chats.models import Conversation
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +177,18 @@ def publish(
     seq = _next_seq(owner_id)
     event = Event(event_type, owner_id, seq, conversation_id, dict(data or {}))
     transaction.on_commit(lambda: _deliver(event))
+
+
+def publish_chat(
+    conversation: Conversation, event_type: str = CONVERSATION_UPDATED, **data: Any
+) -> None:
+    """:func:`publish` a change to one chat, with its status: what its row and page show."""
+    publish(
+        event_type,
+        owner_id=conversation.owner_id,
+        conversation_id=conversation.public_id,
+        data={"status": conversation.status, **data},
+    )
 
 
 def publish_many(

@@ -150,6 +150,22 @@ class Mode(models.TextChoices):
     PLAN = "plan", "Plan"
 
 
+class ConversationQuerySet(models.QuerySet):
+    def locked(self) -> ConversationQuerySet:
+        """These chats' rows, locked until the transaction ends: call inside ``atomic()``.
+
+        A chat's row lock orders everything written about it (its transcript, its
+        replies, what is sent to it), in every app.
+        """
+        # of=("self",): locking the joined agent row too would serialise every chat of a
+        # persona across runners, and deadlock on PostgreSQL with a commit's deferred FK check.
+        return self.select_for_update(of=("self",))
+
+    def lock(self, pk: int) -> Conversation:
+        """Lock one chat's row and read it afresh, with its agent: call inside ``atomic()``."""
+        return self.locked().select_related("agent").get(pk=pk)
+
+
 class Conversation(models.Model):
     """A chat. A gateway session is a chat with a ``session_key``."""
 
@@ -192,6 +208,8 @@ class Conversation(models.Model):
     last_interaction_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConversationQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_interaction_at"]

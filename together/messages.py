@@ -33,14 +33,10 @@ from chats.models import (
     Turn,
     TurnState,
 )
+from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.hooks import Note
-from chats.runtime.services import (
-    ConchError,
-    conversation_stop,
-    entry_append,
-    taint_raise,
-    turn_start,
-)
+from chats.runtime.turns import conversation_stop, turn_start
+from chats.taint import taint_raise
 from together.models import UNREAD_STATES, Chain, ChainPair, ChatMessage, MessageState
 from together.quoting import clean, fence, plain
 from together.visibility import NOT_YOURS_ORIGINS, offers_together
@@ -184,7 +180,7 @@ def message_chat(
     now = timezone.now()
     with transaction.atomic():
         # The receiver's row lock orders everything sent to it: its waiting count and repeats.
-        receiver = Conversation.objects.select_for_update().get(pk=receiver.pk)
+        receiver = Conversation.objects.lock(receiver.pk)
         if not may_receive(receiver, sender=sender):
             raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain(chat_id, limit=40)))
         limits = MESSAGE_LIMITS
@@ -410,7 +406,7 @@ def inbound_set(*, conversation: Conversation, inbound: str) -> Conversation:
     if inbound not in Inbound.values:
         raise ConchError(f"inbound must be one of: {', '.join(Inbound.values)}.")
     with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        conversation = Conversation.objects.lock(conversation.pk)
         conversation.inbound = inbound
         conversation.save(update_fields=["inbound", "updated_at"])
         events.publish(

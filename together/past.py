@@ -49,7 +49,9 @@ from chats.models import (
     Taint,
     Turn,
 )
-from chats.runtime.services import RESULT_LIMIT, ConchError, taint_raise
+from chats.runtime.chats import ConchError
+from chats.runtime.stepping import RESULT_LIMIT
+from chats.taint import taint_raise
 from chats.tools.registry import LOOKING_AT_CHATS, Tool, ToolContext, ToolError, ToolResult
 from together import fulltext
 from together.messages import ERR_NO_SUCH_CHAT

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from chats.models import Conversation, EntryKind, Turn
-from chats.runtime.services import ConchError
+from chats.runtime.chats import ConchError
 from together.messages import held_message_dismiss, held_message_pass
 from together.models import Chain, ChainPair, ChatMessage, Wait
 

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from chats import events
 from chats.models import EntryKind, EntryRole
-from chats.runtime.services import entry_append
+from chats.runtime.chats import entry_append
 from chats.tools.registry import (
     LOOKING_AT_CHATS,
     MESSAGING_A_CHAT,
@@ -91,7 +91,7 @@ LIST_CHATS = Tool(
 
 
 def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.runtime.services import ConchError
+    from chats.runtime.chats import ConchError
     from together.waits import wait_for
 
     try:
@@ -106,7 +106,7 @@ def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _message_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.runtime.services import ConchError
+    from chats.runtime.chats import ConchError
     from together.messages import message_chat
 
     try:
@@ -123,7 +123,7 @@ def _message_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _stop_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.runtime.services import ConchError
+    from chats.runtime.chats import ConchError
     from together.messages import stop_chat
 
     try:

@@ -41,7 +41,6 @@ from chats.models import (
     Turn,
 )
 from chats.runtime import hooks
-from chats.runtime import services as runtime
 from chats.summarize import SummaryLine, summarize
 
 log = logging.getLogger(__name__)
@@ -173,7 +172,7 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
     """Delete these sessions, rechecking each under its row lock. Returns how many went."""
     with transaction.atomic():
         locked = list(
-            Conversation.objects.select_for_update(of=("self",))
+            Conversation.objects.locked()
             .filter(
                 pk__in=ids,
                 pinned=False,
@@ -267,7 +266,7 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
     summary, summarizer = summarize(read, agent=chat.agent)
 
     with transaction.atomic():
-        chat = runtime._lock_chat(conversation_id)
+        chat = Conversation.objects.lock(conversation_id)
         if Turn.objects.filter(conversation_id=conversation_id, ended_at__isnull=True).exists():
             report.compaction_deferred += 1
             return False
@@ -285,7 +284,7 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
             text=summary,
             data={"compacted": remove, "through_seq": cut, "summarizer": summarizer},
         )
-        runtime._publish_chat(chat, compacted=remove)
+        events.publish_chat(chat, compacted=remove)
     report.compacted += 1
     report.entries_removed += remove
     return True

@@ -39,7 +39,7 @@ from chats.gateway.ladder import CompiledBinding, Tier, compile_binding
 from chats.gateway.models import Binding, DmScope, GatewayConfig, IdentityLink
 from chats.gateway.selectors import gateway_config
 from chats.models import Agent
-from chats.runtime.services import default_agent
+from chats.runtime.chats import default_agent
 
 
 @dataclass(frozen=True, slots=True)

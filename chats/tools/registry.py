@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chats.models import Conversation, Turn
+    from chats.models import Conversation, Task, Turn
 
 
 class ToolError(Exception):
@@ -49,6 +49,10 @@ class ToolContext:
     step_id: int | None = None
     worker: str = ""
     interrupted: Callable[[], str] = field(default=lambda: "")
+    # Lent by the runtime, which stands above the tools and is never imported by them:
+    # start a task for this chat (``start_background_task``). A refusal is a ToolError,
+    # a script that can't be played a ValueError. None outside a running reply.
+    start_task: Callable[..., Task] | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from chats.runtime import hooks
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
 
 STARTING_A_TASK = "starting a task"
+ERR_NO_REPLY = "start_background_task: a task is started from a running reply."
 CHECKING_TASKS = "checking on tasks"
 
 TASKS_PROMPT = """\
@@ -59,24 +60,14 @@ def _task_status(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _start_background_task(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.engines.scripted import ScriptError, validate_script
-    from chats.runtime.services import ConchError, task_start
-
-    script = args.get("script")
-    if script is not None:
-        try:
-            validate_script(script, where="script")
-        except ScriptError as exc:
-            raise ToolError(f"start_background_task: {exc}") from None
+    if ctx.start_task is None:
+        raise ToolError(ERR_NO_REPLY)
     try:
-        task = task_start(
-            parent=ctx.conversation,
-            title=args["title"],
-            prompt=args.get("prompt", ""),
-            script=script,
+        task = ctx.start_task(
+            title=args["title"], prompt=args.get("prompt", ""), script=args.get("script")
         )
-    except ConchError as exc:
-        raise ToolError(str(exc)) from None
+    except ValueError as exc:  # the scripted engine's ScriptError names the bad action
+        raise ToolError(f"start_background_task: {exc}") from None
     where = (
         "It is running."
         if task.state == TaskState.RUNNING

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chats.models import TurnState
-from chats.runtime import services
 from chats.runtime.runner import drain
+from chats.runtime.turns import message_send
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
 from chats.tools.workspace import READ_LIMIT, confine
 from tests.factories import ConversationFactory, TurnFactory
@@ -48,7 +48,7 @@ def run(name, ctx, **args):
 
 
 def play(chat, text="go"):
-    turn = services.message_send(conversation=chat, text=text)
+    turn = message_send(conversation=chat, text=text)
     drain()
     turn.refresh_from_db()
     return turn
