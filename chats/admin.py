@@ -8,6 +8,8 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 
+from chats.engines import engine_names
+from chats.engines.openai_compat import connection_test
 from chats.forms import WriteOnlySecretMixin
 from chats.models import (
     Agent,
@@ -110,8 +112,6 @@ class EndpointFields(forms.Form):
         super().__init__(*args, **kwargs)
         instance = getattr(self, "instance", None)
         if "engine" in self.fields:
-            from chats.engines import engine_names
-
             names = engine_names()
             current = getattr(instance, "engine", "")
             if current and current not in names:
@@ -187,8 +187,6 @@ class AgentAdmin(admin.ModelAdmin):
 
     @admin.action(description="Test connection to the model endpoint")
     def check_connection(self, request, queryset) -> None:
-        from chats.engines.openai_compat import connection_test
-
         for agent in queryset:
             if agent.engine != "openai":
                 self.message_user(

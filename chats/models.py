@@ -23,7 +23,7 @@ class _IdSource:
     counters: dict[str, int] | None = None
 
 
-def _new_public_id(prefix: str) -> str:
+def new_public_id(prefix: str) -> str:
     counters = _IdSource.counters
     if counters is not None:
         counters[prefix] = counters.get(prefix, 0) + 1
@@ -41,15 +41,15 @@ def counted_ids():
 
 
 def new_chain_id() -> str:
-    return _new_public_id("chain")
+    return new_public_id("chain")
 
 
 def new_chat_id() -> str:
-    return _new_public_id("c")
+    return new_public_id("c")
 
 
 def new_task_id() -> str:
-    return _new_public_id("t")
+    return new_public_id("t")
 
 
 class Agent(models.Model):

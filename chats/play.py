@@ -833,13 +833,15 @@ class _Timeline:
     message_history: dict[str, list[dict]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, seen: list[tuple[int | None, events.Event]]) -> _Timeline:
+    def of(
+        cls, seen: list[tuple[int | None, events.Event]], *, message_event: str | None = None
+    ) -> _Timeline:
         timeline = cls()
         for tick, event in sorted(seen, key=lambda pair: pair[1].seq):
             data = event.data
             if event.type == events.STATUS and "turn" in data and "ended" not in data:
                 timeline.reply_ticks.setdefault((event.conversation_id, data["turn"]), tick)
-            if event.type == events.CHAT_MESSAGE and data.get("message_id"):
+            if message_event and event.type == message_event and data.get("message_id"):
                 history = timeline.message_history.setdefault(data["message_id"], [])
                 # Both sides hear of each change; a state is listed once, when it began.
                 if not history or history[-1]["state"] != data.get("state"):
@@ -859,7 +861,9 @@ def _report(
 ) -> dict:
     paths = _Paths(root)
     names = {spec.public_id: spec.name for spec in scenario.chats}
-    timeline = _Timeline.of(seen)
+    timeline = _Timeline.of(
+        seen, message_event=together.MESSAGE_EVENT if together is not None else None
+    )
     by_chat: dict[str | None, list[dict]] = {}
     for _, event in sorted(seen, key=lambda pair: pair[1].seq):
         data = {k: paths.value(event.data[k]) for k in EVENT_FIELDS if k in event.data}

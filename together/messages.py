@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from chats import events
+from chats.hooks import Note
 from chats.models import (
     Conversation,
     EntryKind,
@@ -34,7 +35,6 @@ from chats.models import (
     TurnState,
 )
 from chats.runtime.chats import ConchError, entry_append
-from chats.runtime.hooks import Note
 from chats.runtime.turns import conversation_stop, turn_start
 from chats.taint import taint_raise
 from together.models import UNREAD_STATES, Chain, ChainPair, ChatMessage, MessageState
@@ -42,6 +42,10 @@ from together.quoting import clean, fence, plain
 from together.visibility import NOT_YOURS_ORIGINS, offers_together
 
 log = logging.getLogger(__name__)
+
+# together's words, which it adds to chats' registries when ready (together.apps).
+MESSAGING_A_CHAT = "messaging another chat"  # the family of message_chat and stop_chat
+CHAT_MESSAGE = "chat.message"  # the event of each change of a message's state (its card)
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,7 @@ def publish_card(message: ChatMessage) -> None:
     for chat in (message.sender, message.receiver):
         if chat is not None:
             events.publish(
-                events.CHAT_MESSAGE,
+                CHAT_MESSAGE,
                 owner_id=chat.owner_id,
                 conversation_id=chat.public_id,
                 data={"message_id": message.message_id, "state": message.state},

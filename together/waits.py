@@ -41,6 +41,8 @@ from together.visibility import is_yours, offers_together
 
 log = logging.getLogger(__name__)
 
+WAITING = "waiting"  # the family of wait_for: together adds it when ready (together.apps)
+
 LOOK_EVERY = 30.0
 LAST_REPLY_LIMIT = 800
 

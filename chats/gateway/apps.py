@@ -63,6 +63,7 @@ class GatewayAppConfig(AppConfig):
     verbose_name = "Gateway"
 
     def ready(self) -> None:
+        from chats import hooks
         from chats.gateway.maintenance import maintenance_run
         from chats.gateway.models import Binding, GatewayConfig, IdentityLink
         from chats.gateway.outbox import outbox_deliver, register_sender
@@ -70,8 +71,6 @@ class GatewayAppConfig(AppConfig):
         from chats.gateway.services import on_turn_end, sessions_reset_sweep
         from chats.gateway.telegram import TelegramSender
         from chats.models import Agent
-        from chats.runtime import hooks
-        from chats.runtime.runner import register_sweep
 
         def deliver_outbox() -> None:
             while outbox_deliver().sent:
@@ -91,12 +90,12 @@ class GatewayAppConfig(AppConfig):
                 routing_changed, sender=model, dispatch_uid=f"gateway-routing-del-{model.__name__}"
             )
         pre_save.connect(binding_refuse_ties, sender=Binding, dispatch_uid="gateway-binding-ties")
-        register_sweep(
+        hooks.register_sweep(
             "gateway.outbox", OUTBOX_EVERY, lambda: in_background("outbox", deliver_outbox)
         )
-        register_sweep(
+        hooks.register_sweep(
             "gateway.resets", RESETS_EVERY, lambda: in_background("resets", sessions_reset_sweep)
         )
-        register_sweep(
+        hooks.register_sweep(
             "gateway.maintenance", MAINTENANCE_EVERY, lambda: in_background("maintenance", maintain)
         )

@@ -27,7 +27,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from chats import events
+from chats import events, hooks
 from chats.gateway.models import InboundRecord, MaintenanceMode, OutboxMessage, OutboxState
 from chats.gateway.selectors import gateway_config
 from chats.models import (
@@ -40,7 +40,6 @@ from chats.models import (
     Task,
     Turn,
 )
-from chats.runtime import hooks
 from chats.summarize import SummaryLine, summarize
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from chats.gateway.inbound import Inbound
-from chats.gateway.lifecycle import Policies, local_zone, manual_reset, reset_reason
+from chats.gateway.lifecycle import Policies, due_before, local_zone, manual_reset, reset_reason
 from chats.gateway.models import (
     ChannelAccount,
     ChatType,
@@ -512,8 +512,6 @@ def sessions_reset_sweep(*, now: dt.datetime | None = None, batch: int = 500) ->
     The next message to a swept session opens its next generation. Works in
     batches of ``batch`` rows, so memory stays flat however many sessions there are.
     """
-    from chats.gateway.lifecycle import due_before
-
     now = now or timezone.now()
     zone = local_zone()
     policies = Policies.load()

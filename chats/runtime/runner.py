@@ -3,8 +3,8 @@
 One lives in the server process (started by ``conch serve``, not by the first
 request) and any number in ``conch worker`` processes. Claims are row-locked
 and conditional, so each reply runs exactly once whatever the number of runners.
-Sweeps (recovery, room for tasks, and what later features register) run on
-their own period.
+Sweeps (recovery, room for tasks, and those apps register with
+``chats.hooks.register_sweep``) run on their own period.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from chats import events, processes
+from chats import events, hooks, processes
+from chats.models import Turn, TurnState
 from chats.runtime.claims import (
     turn_claim,
     turn_release,
@@ -33,23 +33,6 @@ from chats.runtime.stepping import turn_advance
 from chats.runtime.turns import ERR_COMMAND_SHUTDOWN, tasks_make_room, turn_end
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Sweep:
-    name: str
-    every: float
-    run: Callable[[], object]
-    last: float = 0.0
-
-
-_sweeps: list[Sweep] = []
-
-
-def register_sweep(name: str, every: float, run: Callable[[], object]) -> None:
-    """A periodic job for every runner (waits' 30-second look, maintenance, schedules)."""
-    if all(s.name != name for s in _sweeps):
-        _sweeps.append(Sweep(name, every, run))
 
 
 def worker_name() -> str:
@@ -125,7 +108,7 @@ class Runner:
             try:
                 self.tick()
                 now = time.monotonic()
-                for sweep in list(_sweeps):
+                for sweep in list(hooks.sweeps):
                     if now - sweep.last >= sweep.every:
                         sweep.last = now
                         try:
@@ -166,8 +149,6 @@ class Runner:
         except Exception:
             log.exception("driving turn %s failed", turn_id)
             try:
-                from chats.models import Turn, TurnState
-
                 turn = Turn.objects.get(pk=turn_id)
                 turn_end(turn=turn, state=TurnState.FAILED, reason="Conch hit an internal error.")
             except Exception:

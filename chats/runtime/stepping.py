@@ -15,7 +15,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from chats import events
+from chats import events, hooks
 from chats.engines import engine_for
 from chats.engines.base import Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
 from chats.engines.scripted import validate_script
@@ -30,7 +30,6 @@ from chats.models import (
     Turn,
     TurnState,
 )
-from chats.runtime import hooks
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import (
     ERR_COMMAND_REPLY_ENDED,
@@ -169,10 +168,6 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
         return _play_answered(turn, worker, pending)
 
     at_start = not turn.engine_state.get("started")
-    if at_start:
-        for hook in list(hooks.turn_start_hooks):
-            hook(turn)
-        conversation.refresh_from_db()
     notes = _gather_notes(turn, at_start)
     if notes:
         with transaction.atomic():

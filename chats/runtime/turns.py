@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
-from chats import events, processes
+from chats import events, hooks, processes
 from chats.models import (
     Conversation,
     EntryKind,
@@ -32,7 +32,6 @@ from chats.models import (
     TurnState,
     new_chain_id,
 )
-from chats.runtime import hooks
 from chats.runtime.chats import ConchError, conversation_create, entry_append
 
 log = logging.getLogger(__name__)

@@ -8,12 +8,12 @@ from typing import Any
 from django.conf import settings
 
 from chats.models import Origin, Task, TaskState
-from chats.runtime import hooks
-from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
+from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, family_add, register
 
 STARTING_A_TASK = "starting a task"
-ERR_NO_REPLY = "start_background_task: a task is started from a running reply."
 CHECKING_TASKS = "checking on tasks"
+
+ERR_NO_REPLY = "start_background_task: a task is started from a running reply."
 
 TASKS_PROMPT = """\
 Tasks. start_background_task starts work that runs on its own while you carry on. \
@@ -84,6 +84,8 @@ def _may_start_tasks(conversation) -> bool:
 
 
 def register_tools() -> None:
+    family_add(STARTING_A_TASK)
+    family_add(CHECKING_TASKS)
     register(
         Tool(
             name="start_background_task",
@@ -120,4 +122,3 @@ def register_tools() -> None:
             run=_task_status,
         )
     )
-    hooks.add_system_section(TASKS_PROMPT, order=40)

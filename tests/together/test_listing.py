@@ -10,7 +10,7 @@ from chats.runtime.chats import conversation_archive
 from chats.runtime.turns import task_start
 from chats.tools.registry import tools_offered
 from tests.together.conftest import edit, look, write
-from together.listing import LIST_LIMIT, list_chats
+from together.listing import CHATS_LISTED, LIST_LIMIT, list_chats
 from together.visibility import is_yours, offers_together
 
 
@@ -179,4 +179,4 @@ def test_the_tool_records_the_other_chats_look_card_and_event(
     step = Turn.objects.get(conversation=me).steps.get()
     assert step.family == "looking at your other chats"
     assert f"{busy.public_id} “Busy”: working" in step.result
-    assert any(e.type == events.CHATS_LISTED and e.conversation_id == me.public_id for e in seen)
+    assert any(e.type == CHATS_LISTED and e.conversation_id == me.public_id for e in seen)

@@ -18,7 +18,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from chats import events, regions
+from chats import regions
 from chats.gateway.services import gateway_token_rotate
 from chats.models import EntryKind, EntryRole, Inbound, Mode, StartedBy, Status, Turn
 from chats.runtime.chats import conversation_create, conversation_rename, entry_append
@@ -27,6 +27,7 @@ from chats.runtime.turns import conversation_delete, conversation_stop, message_
 from tests.web.sockets import seq_of, session_cookie, socket
 from together.listing import list_chats
 from together.messages import (
+    CHAT_MESSAGE,
     ERR_NOT_HELD,
     held_message_dismiss,
     inbound_set,
@@ -910,7 +911,7 @@ def test_a_card_event_for_another_chat_pushes_only_its_number(two):
 
     html = regions.render_event(
         owner_id=receiver.owner_id,
-        event=events.CHAT_MESSAGE,
+        event=CHAT_MESSAGE,
         seq=9,
         conversation_id=sender.public_id,
         showing=receiver.public_id,
@@ -926,7 +927,7 @@ def test_a_tab_naming_someone_elses_chat_is_pushed_none_of_its_cards(two, second
 
     html = regions.render_event(
         owner_id=second_owner.pk,
-        event=events.CHAT_MESSAGE,
+        event=CHAT_MESSAGE,
         seq=3,
         conversation_id=receiver.public_id,
         showing=receiver.public_id,
