@@ -1,13 +1,11 @@
 """Cards in a chat's transcript: entries of kind ``card`` that another app explains.
 
-``chats`` never imports ``together``, yet the page shows its cards (ADR 0134's
-OtherChatsLook, ChatMessageCard, WaitNote, the stopped card) as they are *now*,
-which only ``together`` can say. So an app registers, for each card kind
-(``Entry.data["card"]``), a loader (``chats.hooks.card_loader_add``). The transcript hands each loader every
-card of its kind at once, so a transcript with thirty cards costs the same
-queries as one with one. A loader returns, per entry, what that card's partial
-in ``workspace.html`` shows: an object whose ``kind`` names the partial. A card
-with no loader, or one its loader can't explain, shows as its line of text.
+``chats`` never imports ``together``, yet the page shows its cards as they are
+*now*, which only ``together`` can say. So an app adds, for each card kind
+(``Entry.data["card"]``), a loader (``chats.hooks.card_loader_add``). Each loader
+gets every card of its kind in the transcript at once, so thirty cards cost the
+queries of one; it returns, per entry, an object whose ``kind`` names the card's
+partial in ``workspace.html``. A card no loader explains shows as its line of text.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The chat runtime's records: personas, chats, their transcripts, replies and steps.
 
 Writes go through the services in ``chats.runtime``; these classes hold the
-fields, the states and the guards a row needs for itself.
+fields, the states and the guards a row needs for itself, and a chat's row lock
+(``Conversation.objects.lock``), which every app takes the same way.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Keeping state bounded (seed ch. 4): prune dead sessions, compact long ones.
+"""Keeping the gateway's state bounded (seed ch. 4): prune dead sessions, compact long ones.
 
-- ``pruneAfter`` (default 30 days): a gateway session whose last interaction
-  is older is deleted, never a working or pinned chat, nor one whose task is
-  still going.
-- ``maxEntries`` (default 500): a live session with more entries is
-  compacted. The oldest overflow becomes ONE recap entry (``EntryKind.RECAP``,
-  through :func:`chats.summarize.summarize`), kept with the most recent
-  entries, so the kept length is at most the cap. An active session is
-  compacted, never pruned for being long; a chat mid-reply waits for the
-  next run.
-
-Mode ``enforce`` (the default) does it; ``warn`` (or ``dry_run``) only reports.
-Everything goes in batches of rows, so memory stays flat as the store grows.
-Only gateway sessions (chats with a session key) are maintained: the
-person's own chats are theirs to keep.
+The limits are the gateway's settings (``GatewayConfig``); in mode ``warn``, or with
+``dry_run``, it only reports. A working or pinned session, or one whose task is still
+going, is never pruned; a session mid-reply is compacted at the next run, its oldest
+overflow folded into one recap (:func:`chats.summarize.summarize`). It works in batches,
+so memory stays flat as the store grows, and touches only gateway sessions.
 """
 
 from __future__ import annotations

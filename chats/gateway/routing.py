@@ -1,22 +1,13 @@
-"""Which agent, which session: the most-specific-wins ladder over bindings (seed ch. 6).
+"""Which agent, which session: the routing index over the bindings ladder (seed ch. 6).
 
-The ladder, most specific first: peer → parentPeer → guild+roles → guild →
-team → accountId → channel-level ``accountId "*"`` → the default agent. Every
-field a binding sets must match; the first tier with a match wins.
-
-:func:`resolve_route` never scans bindings: a :class:`RouteIndex` keeps one
-dict per tier, keyed by ``(channel, id)``, built once (``RouteIndex.load`` from
-the database, or ``RouteIndex.build`` from any binding-shaped objects, for the
-playground) and dropped whenever a binding, an agent, an identity link or the
-gateway's settings change. Two bindings that could both win for one origin
-are refused when saved (``Binding.clean``, with :mod:`chats.gateway.ladder`),
-so a tier never has to choose.
-
-A binding's ``peer`` is compared with the origin's conversation
-(:attr:`Inbound.routing_peer`: the sender of a DM, the group, the thread, the
-cron job). The parentPeer tier is thread inheritance: a thread takes the agent
-of a binding whose ``parent_peer`` is its parent, or of a binding on the
-parent itself (``peer`` = the parent).
+:func:`resolve_route` never scans bindings: a :class:`RouteIndex` keeps one dict
+per tier, keyed by ``(channel, id)``, built once (``RouteIndex.load`` from the
+database, ``RouteIndex.build`` from any binding-shaped objects, for the playground)
+and dropped by :func:`routing_changed` when a binding, an agent, an identity link
+or the gateway's settings change. A binding's ``peer`` is matched against
+:attr:`Inbound.routing_peer` (the DM's sender, the group, the thread, the cron
+job); a thread inherits its parent's binding. The tiers and their ties are
+:mod:`chats.gateway.ladder`'s.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Tasks: background work a chat starts, on the subagent lane, and room for them (ADR 0129)."""
+"""The task tools: ``start_background_task`` and ``task_status`` (ADR 0129).
+
+A task starts, or waits for room, in ``chats.runtime.turns``; the tool asks the
+runtime for it through ``ToolContext.start_task``.
+"""
 
 from __future__ import annotations
 
