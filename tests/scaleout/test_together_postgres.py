@@ -21,9 +21,8 @@ import json, threading
 from django.contrib.auth import get_user_model
 from django.db import connection
 from chats.models import Agent
-from chats.runtime.chats import conversation_create
+from chats.runtime.chats import ConchError, conversation_create
 from chats.runtime.turns import message_send
-from chats.runtime.services import ConchError
 from together.messages import message_chat
 
 owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
