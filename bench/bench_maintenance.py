@@ -49,7 +49,7 @@ def build(sessions: int, entries: int) -> dict:
     from django.utils import timezone
 
     from chats.models import Conversation, Origin, Status
-    from chats.runtime.services import default_agent
+    from chats.runtime.chats import default_agent
     from chats.signin import owner_ensure
     from together import fulltext
 
@@ -135,8 +135,7 @@ def build(sessions: int, entries: int) -> dict:
 def _time_the_plugins() -> dict[str, list[float]]:
     """Time what other apps plug into a run (before-delete hooks, event watchers), so the
     report can say where the time goes. Each is wrapped, not changed."""
-    from chats import events
-    from chats.runtime import hooks
+    from chats import events, hooks
 
     spent: dict[str, list[float]] = {}
 

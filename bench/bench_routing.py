@@ -145,8 +145,9 @@ def route_all(index, inbound) -> tuple[float, float, dict]:
 
 def main() -> None:
     django_on_fresh_sqlite()
+    from chats.gateway.models import Binding
     from chats.gateway.routing import RouteIndex
-    from chats.models import Agent, Binding
+    from chats.models import Agent
 
     agents = Agent.objects.bulk_create(
         [

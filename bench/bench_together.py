@@ -20,7 +20,7 @@ def main() -> None:
     from django.utils import timezone
 
     from chats.models import Conversation, Status, Turn
-    from chats.runtime.services import default_agent
+    from chats.runtime.chats import default_agent
     from chats.signin import owner_ensure
     from together.listing import list_chats
     from together.reader import reader

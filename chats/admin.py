@@ -1,15 +1,19 @@
-"""The admin is for inspecting. History (entries, turns, steps) is read-only."""
+"""The admin is for inspecting. History (entries, turns, steps) is read-only.
+
+``ReadOnlyAdmin`` and ``AgentAdmin`` are bases other apps' admins build on.
+"""
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
 
+from chats.engines import engine_names
+from chats.engines.openai_compat import connection_test
 from chats.forms import WriteOnlySecretMixin
 from chats.models import (
     Agent,
     AuthProfile,
-    Binding,
     Conversation,
     Entry,
     QueuedInput,
@@ -65,12 +69,6 @@ class AuthProfileInline(admin.TabularInline):
     readonly_fields = ["masked"]
 
 
-class BindingInline(admin.TabularInline):
-    model = Binding
-    extra = 0
-    fields = ["channel", "account_id", "peer", "parent_peer", "guild_id", "roles", "team_id"]
-
-
 # The model endpoint's settings, each kept under its key in Agent.engine_config.
 ENDPOINT_FIELDS = {
     "model_base_url": "base_url",
@@ -114,8 +112,6 @@ class EndpointFields(forms.Form):
         super().__init__(*args, **kwargs)
         instance = getattr(self, "instance", None)
         if "engine" in self.fields:
-            from chats.engines import engine_names
-
             names = engine_names()
             current = getattr(instance, "engine", "")
             if current and current not in names:
@@ -163,7 +159,9 @@ class AgentAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "workspace", "is_default", "engine"]
     list_filter = ["is_default", "engine"]
     search_fields = ["slug", "name", "workspace"]
-    inlines = [AuthProfileInline, BindingInline]
+    # Another app that adds a persona's records subclasses this and registers its own
+    # (the gateway's adds bindings), so this module never imports it.
+    inlines = [AuthProfileInline]
     actions = ["check_connection"]
 
     def get_form(self, request, obj=None, change=False, **kwargs):
@@ -189,8 +187,6 @@ class AgentAdmin(admin.ModelAdmin):
 
     @admin.action(description="Test connection to the model endpoint")
     def check_connection(self, request, queryset) -> None:
-        from chats.engines.openai_compat import connection_test
-
         for agent in queryset:
             if agent.engine != "openai":
                 self.message_user(
@@ -211,13 +207,6 @@ class AuthProfileAdmin(admin.ModelAdmin):
     list_filter = ["provider"]
     search_fields = ["name", "agent__slug"]
     readonly_fields = ["masked"]
-
-
-@admin.register(Binding)
-class BindingAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "agent", "channel", "account_id", "peer", "guild_id", "team_id"]
-    list_filter = ["channel", "agent"]
-    search_fields = ["peer", "parent_peer", "guild_id", "team_id", "account_id"]
 
 
 class EntryInline(ReadOnlyInline):
@@ -334,6 +323,3 @@ class QueuedInputAdmin(ReadOnlyAdmin):
 class SignInTokenAdmin(ReadOnlyAdmin):
     list_display = ["user", "created_at", "used_at"]
     exclude = ["digest"]
-
-
-from chats.gateway import admin as gateway_admin  # noqa: E402,F401  registers the gateway's admin

@@ -1,35 +1,24 @@
 """Cards in a chat's transcript: entries of kind ``card`` that another app explains.
 
-``chats`` never imports ``together``, yet the page shows its cards (ADR 0134's
-OtherChatsLook, ChatMessageCard, WaitNote, the stopped card) as they are *now*,
-which only ``together`` can say. So an app registers, for each card kind
-(``Entry.data["card"]``), a loader. The transcript hands each loader every
-card of its kind at once, so a transcript with thirty cards costs the same
-queries as one with one. A loader returns, per entry, what that card's partial
-in ``workspace.html`` shows: an object whose ``kind`` names the partial. A card
-with no loader, or one its loader can't explain, shows as its line of text.
+``chats`` never imports ``together``, yet the page shows its cards as they are
+*now*, which only ``together`` can say. So an app adds, for each card kind
+(``Entry.data["card"]``), a loader (``chats.hooks.card_loader_add``). Each loader
+gets every card of its kind in the transcript at once, so thirty cards cost the
+queries of one; it returns, per entry, an object whose ``kind`` names the card's
+partial in ``workspace.html``. A card no loader explains shows as its line of text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
+from chats import hooks
 from chats.models import Entry, EntryKind
 
 if TYPE_CHECKING:
     from chats.models import Conversation
     from chats.runtime.selectors import ReplyBlock
-
-CardLoader = Callable[["Conversation", list[Entry]], Mapping[int, Any]]
-
-_loaders: dict[str, CardLoader] = {}
-
-
-def card_loader_add(kind: str, loader: CardLoader) -> None:
-    """Explain cards whose ``data["card"]`` is ``kind``. ``loader(conversation, entries)`` returns
-    ``{entry.pk: card}`` in a number of queries that doesn't grow with the number of entries."""
-    _loaders[kind] = loader
 
 
 def card_kind(entry: Entry) -> str:
@@ -54,7 +43,7 @@ def cards_load(*, conversation: Conversation, blocks: Iterable[ReplyBlock]) -> N
         entry.card = None
         by_kind.setdefault(card_kind(entry), []).append(entry)
     for kind, entries in by_kind.items():
-        loader = _loaders.get(kind)
+        loader = hooks.card_loaders.get(kind)
         if loader is None:
             continue
         shown = loader(conversation, entries)

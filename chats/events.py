@@ -7,7 +7,8 @@ consumer renders the same partials the views render, and to in-process
 subscribers such as the runner and the waits.
 
 Channel layers deliver at most once, so an event is a hint. A page that sees
-a gap in the numbers, or reconnects, fetches its state again.
+a gap in the numbers, or reconnects, fetches its state again. An app publishes
+its own event types once it has added them (:func:`event_type_add`).
 """
 
 from __future__ import annotations
@@ -23,30 +24,39 @@ from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.db.models import F
 
+from chats.models import Conversation, EventStream
+
 log = logging.getLogger(__name__)
 
 CONVERSATION_UPDATED = "conversation.updated"
 STATUS = "status"
 CONVERSATION_DELETED = "conversation.deleted"
 TASK_CHANGED = "task.changed"
-CHATS_LISTED = "chats.listed"
-CHAT_MESSAGE = "chat.message"
 TURN_RUNNABLE = "turn.runnable"
 # A reply's words so far, while a model writes them: shown live, never stored.
 REPLY_TEXT = "reply.text"
 
-EVENT_TYPES = frozenset(
-    {
-        CONVERSATION_UPDATED,
-        STATUS,
-        CONVERSATION_DELETED,
-        TASK_CHANGED,
-        CHATS_LISTED,
-        CHAT_MESSAGE,
-        TURN_RUNNABLE,
-        REPLY_TEXT,
-    }
-)
+# Every type publish() takes: the runtime's own, and those apps add.
+EVENT_TYPES: set[str] = {
+    CONVERSATION_UPDATED,
+    STATUS,
+    CONVERSATION_DELETED,
+    TASK_CHANGED,
+    TURN_RUNNABLE,
+    REPLY_TEXT,
+}
+# Those that change only a card in a chat's transcript: a page redraws that transcript.
+CARD_EVENT_TYPES: set[str] = set()
+
+
+def event_type_add(event_type: str, *, card: bool = False) -> None:
+    """Let :func:`publish` take an app's own event type (``together``'s ``chats.listed``).
+
+    ``card``: the event changes only a card in its chat's transcript, not the chat's row.
+    """
+    EVENT_TYPES.add(event_type)
+    if card:
+        CARD_EVENT_TYPES.add(event_type)
 
 
 @dataclass(frozen=True)
@@ -85,10 +95,6 @@ def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
-def _group_send(group: str, message: dict[str, Any]) -> None:
-    _group_send_many(group, [message])
-
-
 def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
     """Send these to the group in order, in one hop to the event loop (not one each)."""
     from channels.layers import get_channel_layer
@@ -120,7 +126,7 @@ def group_notify(group: str, message: dict[str, Any]) -> None:
     """Send one unnumbered message to a group now: not a change to anyone's chats
     but word to the sockets themselves (a session ended). At most once, like events."""
     try:
-        _group_send(group, message)
+        _group_send_many(group, [message])
     except Exception:
         log.warning("could not send %s to the channel layer", message.get("type"), exc_info=True)
 
@@ -145,8 +151,6 @@ def subscribe(callback: Subscriber) -> Callable[[], None]:
 
 def _next_seq(owner_id: int, count: int = 1) -> int:
     """Take ``count`` sequence numbers for the owner; returns the last of them."""
-    from chats.models import EventStream
-
     with transaction.atomic():
         updated = EventStream.objects.filter(owner_id=owner_id).update(seq=F("seq") + count)
         if not updated:
@@ -156,8 +160,6 @@ def _next_seq(owner_id: int, count: int = 1) -> int:
 
 
 def current_seq(owner_id: int) -> int:
-    from chats.models import EventStream
-
     return EventStream.objects.filter(owner_id=owner_id).values_list("seq", flat=True).first() or 0
 
 
@@ -174,6 +176,18 @@ def publish(
     seq = _next_seq(owner_id)
     event = Event(event_type, owner_id, seq, conversation_id, dict(data or {}))
     transaction.on_commit(lambda: _deliver(event))
+
+
+def publish_chat(
+    conversation: Conversation, event_type: str = CONVERSATION_UPDATED, **data: Any
+) -> None:
+    """:func:`publish` a change to one chat, with its status: what its row and page show."""
+    publish(
+        event_type,
+        owner_id=conversation.owner_id,
+        conversation_id=conversation.public_id,
+        data={"status": conversation.status, **data},
+    )
 
 
 def publish_many(

@@ -1,7 +1,8 @@
 """The chat runtime's records: personas, chats, their transcripts, replies and steps.
 
 Writes go through the services in ``chats.runtime``; these classes hold the
-fields, the states and the guards a row needs for itself.
+fields, the states and the guards a row needs for itself, and a chat's row lock
+(``Conversation.objects.lock``), which every app takes the same way.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class _IdSource:
     counters: dict[str, int] | None = None
 
 
-def _new_public_id(prefix: str) -> str:
+def new_public_id(prefix: str) -> str:
     counters = _IdSource.counters
     if counters is not None:
         counters[prefix] = counters.get(prefix, 0) + 1
@@ -41,15 +42,15 @@ def counted_ids():
 
 
 def new_chain_id() -> str:
-    return _new_public_id("chain")
+    return new_public_id("chain")
 
 
 def new_chat_id() -> str:
-    return _new_public_id("c")
+    return new_public_id("c")
 
 
 def new_task_id() -> str:
-    return _new_public_id("t")
+    return new_public_id("t")
 
 
 class Agent(models.Model):
@@ -106,40 +107,6 @@ class AuthProfile(models.Model):
         return secret_masked(self.secret)
 
 
-class Binding(models.Model):
-    """A rule mapping an inbound origin to an agent. Every field it sets must match."""
-
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="bindings")
-    channel = models.CharField(max_length=32)
-    account_id = models.CharField(max_length=128, blank=True, help_text='"*" for any account.')
-    peer = models.CharField(max_length=128, blank=True)
-    parent_peer = models.CharField(max_length=128, blank=True)
-    guild_id = models.CharField(max_length=128, blank=True)
-    roles = models.JSONField(default=list, blank=True)
-    team_id = models.CharField(max_length=128, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-
-    def __str__(self) -> str:
-        parts = [f"{k}={v}" for k, v in self.match_fields().items()]
-        return f"{' '.join(parts)} → {self.agent.slug}"
-
-    def match_fields(self) -> dict[str, object]:
-        fields = {"channel": self.channel}
-        for name in ("account_id", "peer", "parent_peer", "guild_id", "team_id"):
-            value = getattr(self, name)
-            if value:
-                fields[name] = value
-        if self.roles:
-            fields["roles"] = sorted(self.roles)
-        return fields
-
-    def clean(self) -> None:
-        # The gateway owns the ladder: a binding that would tie with another is refused.
-        from chats.gateway.routing import binding_check
-
-        binding_check(self)
-
-
 class Status(models.TextChoices):
     """A chat's state, as the chat list has it."""
 
@@ -184,6 +151,22 @@ class Mode(models.TextChoices):
     PLAN = "plan", "Plan"
 
 
+class ConversationQuerySet(models.QuerySet):
+    def locked(self) -> ConversationQuerySet:
+        """These chats' rows, locked until the transaction ends: call inside ``atomic()``.
+
+        A chat's row lock orders everything written about it (its transcript, its
+        replies, what is sent to it), in every app.
+        """
+        # of=("self",): locking the joined agent row too would serialise every chat of a
+        # persona across runners, and deadlock on PostgreSQL with a commit's deferred FK check.
+        return self.select_for_update(of=("self",))
+
+    def lock(self, pk: int) -> Conversation:
+        """Lock one chat's row and read it afresh, with its agent: call inside ``atomic()``."""
+        return self.locked().select_related("agent").get(pk=pk)
+
+
 class Conversation(models.Model):
     """A chat. A gateway session is a chat with a ``session_key``."""
 
@@ -226,6 +209,8 @@ class Conversation(models.Model):
     last_interaction_at = models.DateTimeField(default=timezone.now)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConversationQuerySet.as_manager()
 
     class Meta:
         ordering = ["-last_interaction_at"]
@@ -519,6 +504,3 @@ class EventStream(models.Model):
 
     def __str__(self) -> str:
         return f"events for {self.owner} at {self.seq}"
-
-
-from chats.gateway.models import *  # noqa: E402,F401,F403  the gateway's records, app label chats

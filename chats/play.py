@@ -610,20 +610,22 @@ def _runnable_turns() -> dict[int, int]:
 
 
 def _play_one(turn_id: int) -> None:
-    from chats.runtime import services
+    from chats.runtime.claims import turn_release
+    from chats.runtime.stepping import turn_advance
+    from chats.runtime.turns import turn_end
 
     if not turn_claim_one(turn_id=turn_id, worker=WORKER):
         return
     try:
-        services.turn_advance(turn_id=turn_id, worker=WORKER, honour_delays=False)
+        turn_advance(turn_id=turn_id, worker=WORKER, honour_delays=False)
     except Exception as exc:  # recorded as the reply's failure, as the runner does
         turn = Turn.objects.get(pk=turn_id)
-        services.turn_end(
+        turn_end(
             turn=turn,
             state=TurnState.FAILED,
             reason=f"Conch hit an internal error: {exc.__class__.__name__}: {exc}",
         )
-    services.turn_release(turn_id=turn_id, worker=WORKER)
+    turn_release(turn_id=turn_id, worker=WORKER)
 
 
 def _together():
@@ -652,7 +654,7 @@ def _press(
     together, chat: Conversation, spec: ChatSpec, index: int, press: Press, applied: list
 ) -> str:
     """Apply one press; the error that stops the play, or "" if it went through."""
-    from chats.runtime.services import ConchError
+    from chats.runtime.chats import ConchError
 
     where = f'chat "{spec.name}": presses[{index}] at tick {press.at}'
     if together is None:
@@ -682,7 +684,8 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
     runnable reply play exactly one action, the scenario's chats in file
     order and then any made during the run.
     """
-    from chats.runtime import services
+    from chats.runtime.chats import conversation_create
+    from chats.runtime.turns import message_send, tasks_make_room
     from chats.signin import owner_ensure
 
     root = Path(os.path.realpath(root))
@@ -703,7 +706,7 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                 folder = root / spec.folder
                 folder.mkdir(parents=True, exist_ok=True)
                 chats.append(
-                    services.conversation_create(
+                    conversation_create(
                         owner=owner,
                         title=spec.title,
                         folder=str(folder),
@@ -730,14 +733,14 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
             while True:
                 clock.tick = tick
                 for chat, text in due.get(tick, []):
-                    services.message_send(conversation=chat, text=text)
+                    message_send(conversation=chat, text=text)
                 for chat, spec, index, press in pressing.get(tick, []):
                     error = _press(together, chat, spec, index, press, presses[spec.public_id])
                     if error:
                         break
                 if error:
                     break
-                services.tasks_make_room()
+                tasks_make_room()
                 runnable = _runnable_turns()
                 if not runnable and tick >= last_due:
                     break
@@ -830,13 +833,15 @@ class _Timeline:
     message_history: dict[str, list[dict]] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, seen: list[tuple[int | None, events.Event]]) -> _Timeline:
+    def of(
+        cls, seen: list[tuple[int | None, events.Event]], *, message_event: str | None = None
+    ) -> _Timeline:
         timeline = cls()
         for tick, event in sorted(seen, key=lambda pair: pair[1].seq):
             data = event.data
             if event.type == events.STATUS and "turn" in data and "ended" not in data:
                 timeline.reply_ticks.setdefault((event.conversation_id, data["turn"]), tick)
-            if event.type == events.CHAT_MESSAGE and data.get("message_id"):
+            if message_event and event.type == message_event and data.get("message_id"):
                 history = timeline.message_history.setdefault(data["message_id"], [])
                 # Both sides hear of each change; a state is listed once, when it began.
                 if not history or history[-1]["state"] != data.get("state"):
@@ -856,7 +861,9 @@ def _report(
 ) -> dict:
     paths = _Paths(root)
     names = {spec.public_id: spec.name for spec in scenario.chats}
-    timeline = _Timeline.of(seen)
+    timeline = _Timeline.of(
+        seen, message_event=together.MESSAGE_EVENT if together is not None else None
+    )
     by_chat: dict[str | None, list[dict]] = {}
     for _, event in sorted(seen, key=lambda pair: pair[1].seq):
         data = {k: paths.value(event.data[k]) for k in EVENT_FIELDS if k in event.data}

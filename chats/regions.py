@@ -36,9 +36,6 @@ SHOWN_EVENTS = frozenset(
 )
 # Events after which the list's order or membership may change: push the whole list.
 LIST_EVENTS = frozenset({events.STATUS, events.CONVERSATION_DELETED})
-# Events that change only a card in a chat's transcript (a look at the other chats, a
-# message's state): push that chat's transcript, if this tab shows it; its row is as it was.
-CARD_EVENTS = frozenset({events.CHATS_LISTED, events.CHAT_MESSAGE})
 
 
 @dataclass(frozen=True)
@@ -191,7 +188,7 @@ def render_event(
             context = {"turn_number": data["turn"], "text": str(data.get("text", "")), "oob": True}
             parts.append(render_region("reply-text", context))
         return "\n".join(parts)
-    if event in CARD_EVENTS:
+    if event in events.CARD_EVENT_TYPES:
         # A card changed (a look at the other chats, a message's state): only the
         # transcript of the tab showing that chat; its row is as it was.
         if conversation_id and showing == conversation_id:

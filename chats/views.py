@@ -19,8 +19,22 @@ from django.views.decorators.http import require_GET, require_POST
 from chats import regions
 from chats.forms import NewChatForm
 from chats.models import Conversation
-from chats.runtime import selectors, services
-from chats.runtime.services import ConchError
+from chats.runtime import selectors
+from chats.runtime.chats import (
+    ConchError,
+    conversation_archive,
+    conversation_create,
+    conversation_rename,
+    conversation_set_mode,
+    default_agent,
+)
+from chats.runtime.turns import (
+    conversation_delete,
+    conversation_stop,
+    message_send,
+    turn_approve,
+    turn_deny,
+)
 from chats.signin import signin_token_redeem
 
 ERR_STALE_REQUEST = "That request has already been answered."
@@ -37,7 +51,7 @@ def get_chat_for_user(request: HttpRequest, public_id: str) -> Conversation:
 
 
 def _new_chat_form(data=None) -> NewChatForm:
-    agent = services.default_agent()
+    agent = default_agent()
     return NewChatForm(data, initial={"agent": agent.pk})
 
 
@@ -136,7 +150,7 @@ def chat_create(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _page(request, form=form, status=400)
     try:
-        chat = services.conversation_create(
+        chat = conversation_create(
             owner=request.user,
             title=form.cleaned_data["title"],
             folder=form.cleaned_data["folder"] or None,
@@ -158,7 +172,7 @@ def chat_send(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     text = request.POST.get("text", "")
     try:
-        services.message_send(conversation=chat, text=text)
+        message_send(conversation=chat, text=text)
     except ConchError as exc:
         return respond_refused(request, chat, str(exc), slot="composer-error", draft=text)
     return respond_done(request, chat)
@@ -168,7 +182,7 @@ def chat_send(request: HttpRequest, public_id: str) -> HttpResponse:
 @require_POST
 def chat_stop(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
-    services.conversation_stop(conversation=chat, by="person")
+    conversation_stop(conversation=chat, by="person")
     return respond_done(request, chat)
 
 
@@ -185,7 +199,7 @@ def _pending_turn_for(chat: Conversation, request: HttpRequest):
 def chat_approve(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
-        services.turn_approve(turn=_pending_turn_for(chat, request))
+        turn_approve(turn=_pending_turn_for(chat, request))
     except ConchError as exc:
         return respond_refused(request, chat, str(exc))
     return respond_done(request, chat)
@@ -196,7 +210,7 @@ def chat_approve(request: HttpRequest, public_id: str) -> HttpResponse:
 def chat_deny(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
-        services.turn_deny(turn=_pending_turn_for(chat, request))
+        turn_deny(turn=_pending_turn_for(chat, request))
     except ConchError as exc:
         return respond_refused(request, chat, str(exc))
     return respond_done(request, chat)
@@ -207,7 +221,7 @@ def chat_deny(request: HttpRequest, public_id: str) -> HttpResponse:
 def chat_mode(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
-        services.conversation_set_mode(conversation=chat, mode=request.POST.get("mode", ""))
+        conversation_set_mode(conversation=chat, mode=request.POST.get("mode", ""))
     except ConchError as exc:
         return respond_refused(request, chat, str(exc))
     return respond_done(request, chat)
@@ -218,7 +232,7 @@ def chat_mode(request: HttpRequest, public_id: str) -> HttpResponse:
 def chat_rename(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
-        services.conversation_rename(conversation=chat, title=request.POST.get("title", ""))
+        conversation_rename(conversation=chat, title=request.POST.get("title", ""))
     except ConchError as exc:
         return respond_refused(request, chat, str(exc))
     return respond_done(request, chat)
@@ -229,7 +243,7 @@ def chat_rename(request: HttpRequest, public_id: str) -> HttpResponse:
 def chat_archive(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     archived = request.POST.get("archived", "1") != "0"
-    services.conversation_archive(conversation=chat, archived=archived)
+    conversation_archive(conversation=chat, archived=archived)
     return respond_done(request, chat)
 
 
@@ -237,7 +251,7 @@ def chat_archive(request: HttpRequest, public_id: str) -> HttpResponse:
 @require_POST
 def chat_delete(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
-    services.conversation_delete(conversation=chat)
+    conversation_delete(conversation=chat)
     home = reverse("chats:home")
     if request.htmx:
         return HttpResponse(status=204, headers={"HX-Redirect": home})

@@ -175,6 +175,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "chats.apps.ChatsConfig",
+    "chats.gateway.apps.GatewayAppConfig",
     "together.apps.TogetherConfig",
 ]
 

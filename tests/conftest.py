@@ -45,10 +45,10 @@ def published():
 def scripted_chat(owner, agent, workspace):
     """Make one of the owner's chats whose assistant plays the given replies."""
     from chats.models import Mode
-    from chats.runtime import services
+    from chats.runtime.chats import conversation_create
 
     def make(*replies, mode=Mode.AUTO, folder=None, title="Scripted"):
-        return services.conversation_create(
+        return conversation_create(
             owner=owner,
             title=title,
             folder=str(folder or workspace),

@@ -1,22 +1,29 @@
+"""Chats that know about each other (ADR 0134), plugged into ``chats`` through ``chats.hooks``."""
+
 from django.apps import AppConfig
 
 
 class TogetherConfig(AppConfig):
-    """Chats that know about each other (ADR 0134), plugged into ``chats`` through its hooks."""
-
     name = "together"
     verbose_name = "Chats together"
 
     def ready(self) -> None:
-        from chats import events
-        from chats.runtime import hooks
-        from chats.runtime.runner import register_sweep
+        from django.db.models.signals import post_migrate
+
+        from chats import hooks
         from together import messages, waits
         from together.cards import register_cards
+        from together.fulltext import on_post_migrate
+        from together.listing import CHATS_LISTED, LOOKING_AT_CHATS
         from together.prompt import TOGETHER_PROMPT
         from together.reader import reader
         from together.tools import register_tools
 
+        # together's own words: the families its tools show, the events its cards change on.
+        for family in (LOOKING_AT_CHATS, messages.MESSAGING_A_CHAT, waits.WAITING):
+            hooks.family_add(family)
+        hooks.event_type_add(CHATS_LISTED, card=True)
+        hooks.event_type_add(messages.CHAT_MESSAGE, card=True)
         register_tools()
         register_cards()
         hooks.add_system_section(TOGETHER_PROMPT, order=50)
@@ -25,10 +32,6 @@ class TogetherConfig(AppConfig):
         hooks.add_turn_end_hook(waits.after_turn_end)
         hooks.add_turn_end_hook(messages.after_turn_end)
         hooks.add_before_delete_hook(messages.on_delete)
-        events.subscribe(waits.on_event)
-        register_sweep("waits", waits.LOOK_EVERY, waits.sweep)
-        from django.db.models.signals import post_migrate
-
-        from together.fulltext import on_post_migrate
-
+        hooks.subscribe(waits.on_event)
+        hooks.register_sweep("waits", waits.LOOK_EVERY, waits.sweep)
         post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="together.fulltext")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from chats.cards import card_loader_add
+from chats.hooks import card_loader_add
 from chats.models import Conversation, Entry, Status
 from together.listing import ChatsLook
 from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState

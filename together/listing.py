@@ -22,6 +22,10 @@ from together.places import for_person, same_place, shown_path
 from together.quoting import plain, plain_path
 from together.visibility import is_yours, yours_q
 
+# together's words, which it adds to chats' registries when ready (together.apps).
+LOOKING_AT_CHATS = "looking at your other chats"  # the family of list_chats, read_chat…
+CHATS_LISTED = "chats.listed"  # the event of a look at the other chats (its card)
+
 LIST_LIMIT = 12
 RECENT = timedelta(days=3)
 WHICH = ("all", "working")

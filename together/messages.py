@@ -22,6 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from chats import events
+from chats.hooks import Note
 from chats.models import (
     Conversation,
     EntryKind,
@@ -33,19 +34,18 @@ from chats.models import (
     Turn,
     TurnState,
 )
-from chats.runtime.hooks import Note
-from chats.runtime.services import (
-    ConchError,
-    conversation_stop,
-    entry_append,
-    taint_raise,
-    turn_start,
-)
+from chats.runtime.chats import ConchError, entry_append
+from chats.runtime.turns import conversation_stop, turn_start
+from chats.taint import taint_raise
 from together.models import UNREAD_STATES, Chain, ChainPair, ChatMessage, MessageState
 from together.quoting import clean, fence, plain
 from together.visibility import NOT_YOURS_ORIGINS, offers_together
 
 log = logging.getLogger(__name__)
+
+# together's words, which it adds to chats' registries when ready (together.apps).
+MESSAGING_A_CHAT = "messaging another chat"  # the family of message_chat and stop_chat
+CHAT_MESSAGE = "chat.message"  # the event of each change of a message's state (its card)
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def publish_card(message: ChatMessage) -> None:
     for chat in (message.sender, message.receiver):
         if chat is not None:
             events.publish(
-                events.CHAT_MESSAGE,
+                CHAT_MESSAGE,
                 owner_id=chat.owner_id,
                 conversation_id=chat.public_id,
                 data={"message_id": message.message_id, "state": message.state},
@@ -184,7 +184,7 @@ def message_chat(
     now = timezone.now()
     with transaction.atomic():
         # The receiver's row lock orders everything sent to it: its waiting count and repeats.
-        receiver = Conversation.objects.select_for_update().get(pk=receiver.pk)
+        receiver = Conversation.objects.lock(receiver.pk)
         if not may_receive(receiver, sender=sender):
             raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain(chat_id, limit=40)))
         limits = MESSAGE_LIMITS
@@ -410,7 +410,7 @@ def inbound_set(*, conversation: Conversation, inbound: str) -> Conversation:
     if inbound not in Inbound.values:
         raise ConchError(f"inbound must be one of: {', '.join(Inbound.values)}.")
     with transaction.atomic():
-        conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        conversation = Conversation.objects.lock(conversation.pk)
         conversation.inbound = inbound
         conversation.save(update_fields=["inbound", "updated_at"])
         events.publish(

@@ -12,13 +12,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from chats.models import Conversation, Task
+from chats.models import Conversation, Task, new_public_id
 
 
 def new_message_id() -> str:
-    from chats.models import _new_public_id
-
-    return _new_public_id("m")
+    return new_public_id("m")
 
 
 class Chain(models.Model):

@@ -49,9 +49,12 @@ from chats.models import (
     Taint,
     Turn,
 )
-from chats.runtime.services import RESULT_LIMIT, ConchError, taint_raise
-from chats.tools.registry import LOOKING_AT_CHATS, Tool, ToolContext, ToolError, ToolResult
+from chats.runtime.chats import ConchError
+from chats.runtime.stepping import RESULT_LIMIT
+from chats.taint import taint_raise
+from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult
 from together import fulltext
+from together.listing import LOOKING_AT_CHATS
 from together.messages import ERR_NO_SUCH_CHAT
 from together.quoting import fence, known_secrets, plain, scrub_secrets
 from together.visibility import NOT_YOURS_ORIGINS, is_yours, offers_together, yours_q

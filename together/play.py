@@ -17,10 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 from chats.models import Conversation, EntryKind, Turn
-from chats.runtime.services import ConchError
-from together.messages import held_message_dismiss, held_message_pass
+from chats.runtime.chats import ConchError
+from together.messages import CHAT_MESSAGE, held_message_dismiss, held_message_pass
 from together.models import Chain, ChainPair, ChatMessage, Wait
 
+# The event each change of a message's state is published as: the report's message history.
+MESSAGE_EVENT = CHAT_MESSAGE
 PASS = "pass"
 DISMISS = "dismiss"
 PRESSES = {PASS: held_message_pass, DISMISS: held_message_dismiss}

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from chats.hooks import Note
 from chats.models import Turn, TurnState
-from chats.runtime.hooks import Note
 from chats.runtime.selectors import WorkingPlace, working_places
 from chats.tools.registry import EDITING_FILES, RUNNING_A_COMMAND
 from together.places import same_place, shown_path

@@ -8,19 +8,15 @@ from django.db import transaction
 
 from chats import events
 from chats.models import EntryKind, EntryRole
-from chats.runtime.services import entry_append
-from chats.tools.registry import (
-    LOOKING_AT_CHATS,
-    MESSAGING_A_CHAT,
-    WAITING,
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolResult,
-    register,
-)
-from together.listing import WHICH, ChatsLook, describe, list_chats
+from chats.runtime.chats import ConchError, entry_append
+from chats.tools import web
+from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
+from together.listing import CHATS_LISTED, LOOKING_AT_CHATS, WHICH, ChatsLook, describe, list_chats
+from together.messages import MESSAGING_A_CHAT, message_chat, stop_asks_first, stop_chat
+from together.past import READ_CHAT, SEARCH_CHATS
+from together.quoting import fence
 from together.visibility import offers_together
+from together.waits import WAITING, wait_for
 
 
 def chats_look_record(*, conversation, turn, look: ChatsLook) -> None:
@@ -55,7 +51,7 @@ def chats_look_record(*, conversation, turn, look: ChatsLook) -> None:
             data=data,
         )
         events.publish(
-            events.CHATS_LISTED,
+            CHATS_LISTED,
             owner_id=conversation.owner_id,
             conversation_id=conversation.public_id,
             data={"working": look.working, "needs_you": look.needs_you},
@@ -91,9 +87,6 @@ LIST_CHATS = Tool(
 
 
 def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.runtime.services import ConchError
-    from together.waits import wait_for
-
     try:
         answer = wait_for(
             waiter=ctx.conversation, turn=ctx.turn, kind=args["kind"], target_id=args["id"]
@@ -106,9 +99,6 @@ def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _message_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.runtime.services import ConchError
-    from together.messages import message_chat
-
     try:
         sent = message_chat(
             sender=ctx.conversation,
@@ -123,9 +113,6 @@ def _message_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _stop_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.runtime.services import ConchError
-    from together.messages import stop_chat
-
     try:
         return ToolResult(
             stop_chat(
@@ -137,8 +124,6 @@ def _stop_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _stop_asks_first(conversation) -> bool:
-    from together.messages import stop_asks_first
-
     return stop_asks_first(conversation)
 
 
@@ -209,10 +194,6 @@ def register_tools() -> None:
     for tool in (LIST_CHATS, WAIT_FOR, MESSAGE_CHAT, STOP_CHAT):
         register(tool)
     # Reading past chats (together.past), and a web page's words fenced like any outside words.
-    from chats.tools import web
-    from together.past import READ_CHAT, SEARCH_CHATS
-    from together.quoting import fence
-
     register(SEARCH_CHATS)
     register(READ_CHAT)
     web.page_presenter_set(lambda url, text: fence("web-page", text, attrs={"url": url}))

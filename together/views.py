@@ -16,7 +16,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.views.decorators.http import require_POST
 
 from chats.models import Conversation
-from chats.runtime.services import ConchError
+from chats.runtime.chats import ConchError
 from chats.views import get_chat_for_user, respond_done, respond_refused
 from together.messages import held_message_dismiss, held_message_pass, inbound_set
 from together.models import ChatMessage

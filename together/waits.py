@@ -31,13 +31,17 @@ from chats.models import (
     Turn,
     TurnState,
 )
-from chats.runtime.services import ConchError, entry_append, taint_raise, turn_start
+from chats.runtime.chats import ConchError, entry_append
+from chats.runtime.turns import turn_start
+from chats.taint import taint_raise
 from together.messages import ERR_NO_SUCH_CHAT, MESSAGE_LIMITS
 from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
 from together.quoting import fence, plain
 from together.visibility import is_yours, offers_together
 
 log = logging.getLogger(__name__)
+
+WAITING = "waiting"  # the family of wait_for: together adds it when ready (together.apps)
 
 LOOK_EVERY = 30.0
 LAST_REPLY_LIMIT = 800
@@ -349,7 +353,7 @@ def wake(*, wait: Wait) -> bool:
         # It's busy (the person wrote meanwhile): it reads this at its next step.
         with transaction.atomic():
             entry_append(
-                conversation=Conversation.objects.select_for_update().get(pk=waiter.pk),
+                conversation=Conversation.objects.lock(waiter.pk),
                 role=EntryRole.CONCH,
                 kind=EntryKind.NOTE,
                 text=text,

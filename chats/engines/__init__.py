@@ -11,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from chats.engines.base import Engine, EngineError
+from chats.engines.openai_compat import OpenAICompatEngine, summarizer_factory
+from chats.engines.scripted import ScriptedEngine
 from chats.summarize import register_summarizer
 
 if TYPE_CHECKING:
@@ -18,20 +20,7 @@ if TYPE_CHECKING:
 
 _engines: dict[str, Engine] = {}
 
-
-def _scripted() -> Engine:
-    from chats.engines.scripted import ScriptedEngine
-
-    return ScriptedEngine()
-
-
-def _openai() -> Engine:
-    from chats.engines.openai_compat import OpenAICompatEngine
-
-    return OpenAICompatEngine()
-
-
-BUILT_IN = {"scripted": _scripted, "openai": _openai}
+BUILT_IN = {"scripted": ScriptedEngine, "openai": OpenAICompatEngine}
 
 
 def register_engine(engine: Engine) -> None:
@@ -54,10 +43,4 @@ def engine_for(agent: Agent) -> Engine:
         ) from None
 
 
-def _openai_summarizer(agent: Agent):
-    from chats.engines.openai_compat import summarizer_factory
-
-    return summarizer_factory(agent)
-
-
-register_summarizer("openai", _openai_summarizer)
+register_summarizer("openai", summarizer_factory)

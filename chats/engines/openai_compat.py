@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from chats.engines.base import Decision, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.models import AuthProfile
 from chats.secretbox import SecretsKeyError, secret_readable
 from chats.summarize import SUMMARY_LIMIT, SummaryLine, summarize
 
@@ -224,8 +225,6 @@ def api_key_for(agent: Agent, config: ModelConfig) -> str:
     """The secret of the persona's own auth profile named in its settings ("" if none is named)."""
     if not config.auth_profile:
         return ""
-    from chats.models import AuthProfile
-
     secret = (
         AuthProfile.objects.filter(agent_id=agent.pk, name=config.auth_profile)
         .values_list("secret", flat=True)

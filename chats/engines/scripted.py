@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from chats.engines.base import Ask, Decision, End, EngineError, EngineInput, Fail, Say, ToolCall
+from chats.tools.registry import ToolError, UnknownTool, get_tool, validate_args
 
 ACTION_KEYS = ("tool", "say", "ask", "fail")
 OUT_OF_SCRIPT = "(The script has no more replies for this chat.)"
@@ -28,8 +29,6 @@ class ScriptError(ValueError):
 
 def validate_script(script: Any, *, where: str = "script") -> list[list[dict[str, Any]]]:
     """Check a script's shape; raise ScriptError naming the bad action."""
-    from chats.tools.registry import ToolError, UnknownTool, get_tool, validate_args
-
     if not isinstance(script, list):
         raise ScriptError(f"{where} must be a list of replies.")
     for r, reply in enumerate(script):

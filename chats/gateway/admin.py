@@ -1,7 +1,8 @@
 """The gateway in the admin: agents (one default), bindings (ties refused), sessions,
 the outbox, reset policies, who you are on each channel, and identity links.
 
-Imported by ``chats.admin``. Secrets are write-only: bot tokens show masked,
+Found by the admin's autodiscovery, after ``chats.admin``: it registers Agent again with
+its bindings inline. Secrets are write-only: bot tokens show masked,
 tokens and webhook secrets are shown once, when made.
 """
 
@@ -13,9 +14,11 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.forms.models import BaseInlineFormSet
 
-from chats.admin import AgentAdmin, BindingInline, ReadOnlyAdmin
+from chats.admin import AgentAdmin, ReadOnlyAdmin
 from chats.forms import WriteOnlySecretMixin
+from chats.gateway.ladder import binding_conflicts, compile_binding
 from chats.gateway.models import (
+    Binding,
     ChannelAccount,
     GatewayConfig,
     GatewayToken,
@@ -29,7 +32,6 @@ from chats.gateway.models import (
     SessionOrigin,
 )
 from chats.gateway.outbox import outbox_retry_now
-from chats.gateway.routing import binding_conflicts, compile_binding
 from chats.gateway.services import channel_account_secret_rotate, session_end
 from chats.models import Agent
 
@@ -102,16 +104,16 @@ class BindingFormSet(BaseInlineFormSet):
             seen.append(compiled)
 
 
-class GatewayBindingInline(BindingInline):
+class BindingInline(admin.TabularInline):
+    model = Binding
     formset = BindingFormSet
+    extra = 0
+    fields = ["channel", "account_id", "peer", "parent_peer", "guild_id", "roles", "team_id"]
 
 
 class GatewayAgentAdmin(AgentAdmin):
     form = AgentForm
-    inlines = [
-        inline if inline is not BindingInline else GatewayBindingInline
-        for inline in AgentAdmin.inlines
-    ]
+    inlines = [*AgentAdmin.inlines, BindingInline]
 
     def save_model(self, request, obj: Agent, form, change) -> None:
         with transaction.atomic():
@@ -127,6 +129,13 @@ class GatewayAgentAdmin(AgentAdmin):
 
 admin.site.unregister(Agent)
 admin.site.register(Agent, GatewayAgentAdmin)
+
+
+@admin.register(Binding)
+class BindingAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "agent", "channel", "account_id", "peer", "guild_id", "team_id"]
+    list_filter = ["channel", "agent"]
+    search_fields = ["peer", "parent_peer", "guild_id", "team_id", "account_id"]
 
 
 # ---------------------------------------------------------------------------

@@ -8,17 +8,16 @@ same way everywhere, with the field at fault named.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from chats.gateway.ladder import CHANNEL_PATTERN
 from chats.gateway.models import ChatType
 
 TEXT_LIMIT = 32_000
 ID_LIMIT = 128
 MESSAGE_ID_LIMIT = 200
 DEFAULT_ACCOUNT = "default"
-CHANNEL_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 # A door's body, in bytes: an inbound message is at most TEXT_LIMIT characters of
 # words (six bytes each as \uXXXX escapes) and a few ids, and a Telegram Update
 # carrying one is far smaller than this.

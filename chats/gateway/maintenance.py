@@ -1,19 +1,10 @@
-"""Keeping state bounded (seed ch. 4): prune dead sessions, compact long ones.
+"""Keeping the gateway's state bounded (seed ch. 4): prune dead sessions, compact long ones.
 
-- ``pruneAfter`` (default 30 days): a gateway session whose last interaction
-  is older is deleted, never a working or pinned chat, nor one whose task is
-  still going.
-- ``maxEntries`` (default 500): a live session with more entries is
-  compacted. The oldest overflow becomes ONE recap entry (``EntryKind.RECAP``,
-  through :func:`chats.summarize.summarize`), kept with the most recent
-  entries, so the kept length is at most the cap. An active session is
-  compacted, never pruned for being long; a chat mid-reply waits for the
-  next run.
-
-Mode ``enforce`` (the default) does it; ``warn`` (or ``dry_run``) only reports.
-Everything goes in batches of rows, so memory stays flat as the store grows.
-Only gateway sessions (chats with a session key) are maintained: the
-person's own chats are theirs to keep.
+The limits are the gateway's settings (``GatewayConfig``); in mode ``warn``, or with
+``dry_run``, it only reports. A working or pinned session, or one whose task is still
+going, is never pruned; a session mid-reply is compacted at the next run, its oldest
+overflow folded into one recap (:func:`chats.summarize.summarize`). It works in batches,
+so memory stays flat as the store grows, and touches only gateway sessions.
 """
 
 from __future__ import annotations
@@ -27,7 +18,7 @@ from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from chats import events
+from chats import events, hooks
 from chats.gateway.models import InboundRecord, MaintenanceMode, OutboxMessage, OutboxState
 from chats.gateway.selectors import gateway_config
 from chats.models import (
@@ -40,8 +31,6 @@ from chats.models import (
     Task,
     Turn,
 )
-from chats.runtime import hooks
-from chats.runtime import services as runtime
 from chats.summarize import SummaryLine, summarize
 
 log = logging.getLogger(__name__)
@@ -173,7 +162,7 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
     """Delete these sessions, rechecking each under its row lock. Returns how many went."""
     with transaction.atomic():
         locked = list(
-            Conversation.objects.select_for_update(of=("self",))
+            Conversation.objects.locked()
             .filter(
                 pk__in=ids,
                 pinned=False,
@@ -267,7 +256,7 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
     summary, summarizer = summarize(read, agent=chat.agent)
 
     with transaction.atomic():
-        chat = runtime._lock_chat(conversation_id)
+        chat = Conversation.objects.lock(conversation_id)
         if Turn.objects.filter(conversation_id=conversation_id, ended_at__isnull=True).exists():
             report.compaction_deferred += 1
             return False
@@ -285,7 +274,7 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
             text=summary,
             data={"compacted": remove, "through_seq": cut, "summarizer": summarizer},
         )
-        runtime._publish_chat(chat, compacted=remove)
+        events.publish_chat(chat, compacted=remove)
     report.compacted += 1
     report.entries_removed += remove
     return True

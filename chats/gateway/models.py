@@ -1,8 +1,7 @@
-"""The gateway's records: its settings, tokens, channel accounts, who you are on each
-channel, identity links, reset policies, each session's origin, inbound receipts
-and the outbox.
+"""The gateway's records (app label ``gateway``): bindings, its settings, tokens, channel
+accounts, who you are on each channel, identity links, reset policies, each session's
+origin, inbound receipts and the outbox.
 
-Imported at the bottom of ``chats.models`` so the app label stays ``chats``.
 A gateway *session* is a :class:`~chats.models.Conversation` with a
 ``session_key``; :class:`SessionOrigin` holds where it came from.
 """
@@ -10,14 +9,27 @@ A gateway *session* is a :class:`~chats.models.Conversation` with a
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
-from chats.models import Conversation, Turn
+from chats.gateway.ladder import (
+    CHANNEL_PATTERN,
+    ERR_CHANNEL,
+    ERR_ROLES_NEED_GUILD,
+    ERR_TIE,
+    binding_conflicts,
+    compile_binding,
+)
+from chats.models import Agent, Conversation, Turn
 from chats.secretbox import EncryptedTextField, secret_masked
 
+ERR_ROLES_LIST = "Roles are a list of role ids."
+
 __all__ = [
+    "Binding",
     "ChannelAccount",
     "ChatType",
     "DmScope",
@@ -34,6 +46,84 @@ __all__ = [
     "Session",
     "SessionOrigin",
 ]
+
+
+class Binding(models.Model):
+    """A rule mapping an inbound origin to an agent. Every field it sets must match."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="bindings")
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128, blank=True, help_text='"*" for any account.')
+    peer = models.CharField(max_length=128, blank=True)
+    parent_peer = models.CharField(max_length=128, blank=True)
+    guild_id = models.CharField(max_length=128, blank=True)
+    roles = models.JSONField(default=list, blank=True)
+    team_id = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.match_fields().items()]
+        return f"{' '.join(parts)} → {self.agent.slug}"
+
+    def match_fields(self) -> dict[str, object]:
+        fields = {"channel": self.channel}
+        for name in ("account_id", "peer", "parent_peer", "guild_id", "team_id"):
+            value = getattr(self, name)
+            if value:
+                fields[name] = value
+        if self.roles:
+            fields["roles"] = sorted(self.roles)
+        return fields
+
+    def clean(self) -> None:
+        """Refuse a binding that is malformed or would tie with a saved one: a tier never chooses.
+
+        The gateway's ``ready()`` runs this before every save, not only in forms.
+        """
+        channel = (self.channel or "").strip().lower()
+        if not CHANNEL_PATTERN.match(channel):
+            raise ValidationError({"channel": ERR_CHANNEL})
+        self.channel = channel
+        roles = self.roles or []
+        if not isinstance(roles, list) or not all(isinstance(r, str | int) for r in roles):
+            raise ValidationError({"roles": ERR_ROLES_LIST})
+        if roles and not (self.guild_id or "").strip():
+            raise ValidationError({"roles": ERR_ROLES_NEED_GUILD})
+        if self.agent_id is None:
+            return  # the form reports the missing agent itself
+        candidate = self._compiled(roles=roles)
+        keys = {key for _, key, _ in candidate.slots() if key}
+        near = Q(peer="", parent_peer="", guild_id="", team_id="")  # account and channel rules
+        if keys:
+            near |= (
+                Q(peer__in=keys)
+                | Q(parent_peer__in=keys)
+                | Q(guild_id__in=keys)
+                | Q(team_id__in=keys)
+            )
+        others = Binding.objects.filter(near, channel=channel).select_related("agent")
+        if self.pk:
+            others = others.exclude(pk=self.pk)
+        clashes = binding_conflicts(candidate, [other._compiled() for other in others])
+        if clashes:
+            other, tier = clashes[0]
+            raise ValidationError(
+                ERR_TIE.format(this=candidate.label, other=other.label, tier=tier), code="tie"
+            )
+
+    def _compiled(self, *, roles: list | None = None):
+        return compile_binding(
+            id=self.pk,
+            agent_id=self.agent_id,
+            agent_slug=self.agent.slug,
+            channel=self.channel,
+            account_id=self.account_id,
+            peer=self.peer,
+            parent_peer=self.parent_peer,
+            guild_id=self.guild_id,
+            roles=self.roles if roles is None else roles,
+            team_id=self.team_id,
+        )
 
 
 class DmScope(models.TextChoices):
@@ -220,8 +310,6 @@ class ResetPolicy(models.Model):
         return f"{scope}: {self.get_mode_display()}"
 
     def clean(self) -> None:
-        from django.core.exceptions import ValidationError
-
         if self.mode == ResetMode.IDLE and not self.idle_minutes:
             raise ValidationError({"idle_minutes": "An idle reset needs its minutes."})
 

@@ -26,29 +26,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chats.gateway.inbound import (
+from chats.gateway.inbound import FIELDS, ID_LIMIT, Inbound, InboundError, inbound_parse
+from chats.gateway.ladder import (
     CHANNEL_PATTERN,
-    FIELDS,
-    ID_LIMIT,
-    Inbound,
-    InboundError,
-    inbound_parse,
-)
-from chats.gateway.models import ChatType, DmScope
-from chats.gateway.routing import (
     ERR_CHANNEL,
     ERR_ROLES_NEED_GUILD,
     ERR_TIE,
     LADDER,
-    AgentRef,
     CompiledBinding,
-    Route,
-    RouteIndex,
     Tier,
     binding_conflicts,
     compile_binding,
-    resolve_route,
 )
+from chats.gateway.models import ChatType, DmScope
+from chats.gateway.routing import AgentRef, Route, RouteIndex, resolve_route
 
 SESSION_KEY = "gateway_playground"
 MAX_BINDINGS = 60

@@ -1,55 +1,36 @@
-"""Which agent, which session: the most-specific-wins ladder over bindings (seed ch. 6).
+"""Which agent, which session: the routing index over the bindings ladder (seed ch. 6).
 
-The ladder, most specific first: peer → parentPeer → guild+roles → guild →
-team → accountId → channel-level ``accountId "*"`` → the default agent. Every
-field a binding sets must match; the first tier with a match wins.
-
-:func:`resolve_route` never scans bindings: a :class:`RouteIndex` keeps one
-dict per tier, keyed by ``(channel, id)``, built once (``RouteIndex.load`` from
-the database, or ``RouteIndex.build`` from any binding-shaped objects, for the
-playground) and dropped whenever a binding, an agent, an identity link or the
-gateway's settings change. Two bindings that could both win for one origin
-are refused when saved (:func:`binding_check`), so a tier never has to choose.
-
-A binding's ``peer`` is compared with the origin's conversation
-(:attr:`Inbound.routing_peer`: the sender of a DM, the group, the thread, the
-cron job). The parentPeer tier is thread inheritance: a thread takes the agent
-of a binding whose ``parent_peer`` is its parent, or of a binding on the
-parent itself (``peer`` = the parent).
+:func:`resolve_route` never scans bindings: a :class:`RouteIndex` keeps one dict
+per tier, keyed by ``(channel, id)``, built once (``RouteIndex.load`` from the
+database, ``RouteIndex.build`` from any binding-shaped objects, for the playground)
+and dropped by :func:`routing_changed` when a binding, an agent, an identity link
+or the gateway's settings change. A binding's ``peer`` is matched against
+:attr:`Inbound.routing_peer` (the DM's sender, the group, the thread, the cron
+job); a thread inherits its parent's binding. The tiers and their ties are
+:mod:`chats.gateway.ladder`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import gc
 import json
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from chats.gateway.inbound import CHANNEL_PATTERN, Inbound
+from django.db import transaction
+from django.db.models import F, TextField
+from django.db.models.functions import Cast
+
+from chats.gateway.inbound import Inbound
 from chats.gateway.keys import is_shared_dm, main_key_for, session_key_for
-from chats.gateway.models import DmScope
-
-
-class Tier(enum.StrEnum):
-    PEER = "peer"
-    PARENT_PEER = "parentPeer"
-    GUILD_ROLES = "guild+roles"
-    GUILD = "guild"
-    TEAM = "team"
-    ACCOUNT = "accountId"
-    CHANNEL = "channel"
-    DEFAULT = "default"
-
-
-LADDER = tuple(Tier)
-
-ERR_TIE = "“{this}” and “{other}” would tie: both are {tier} rules for the same messages. Change one, or delete one."
-ERR_ROLES_NEED_GUILD = "Roles belong to a guild: set guild_id too."
-ERR_CHANNEL = "A channel is letters, digits, - or _ (at most 32)."
+from chats.gateway.ladder import CompiledBinding, Tier, compile_binding
+from chats.gateway.models import Binding, DmScope, GatewayConfig, IdentityLink
+from chats.gateway.selectors import gateway_config
+from chats.models import Agent
+from chats.runtime.chats import default_agent
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,160 +60,6 @@ class Route:
     rule: Rule
     dm_scope: str
     shared_dm: bool  # every DM in one session: the leak the playground draws red
-
-
-_NO_ROLES: frozenset[str] = frozenset()
-
-
-class CompiledBinding(NamedTuple):
-    """A binding as the index keeps it: a tuple, so a hundred thousand build in well under a second."""
-
-    id: int | None
-    agent_id: int
-    agent_slug: str
-    tier: Tier
-    channel: str
-    account: str | None  # None: any account ("" or "*")
-    peer: str
-    parent_peer: str
-    guild: str
-    roles: frozenset[str]
-    team: str
-
-    @property
-    def label(self) -> str:
-        """Its words, e.g. ``peer: slack peer mom → work``."""
-        parts = [self.channel]
-        if self.account is not None:
-            parts.append(f"account {self.account}")
-        elif self.tier == Tier.CHANNEL:
-            parts.append('account "*"')
-        for name, value in (
-            ("peer", self.peer),
-            ("parent", self.parent_peer),
-            ("guild", self.guild),
-            ("team", self.team),
-        ):
-            if value:
-                parts.append(f"{name} {value}")
-        if self.roles:
-            parts.append("roles " + ",".join(sorted(self.roles)))
-        return f"{self.tier}: {' '.join(parts)} → {self.agent_slug}"
-
-    def fits(self, inbound: Inbound, *, inherited: bool = False) -> bool:
-        """Every field this binding sets matches (``inherited``: its peer is the thread's parent)."""
-        if self.account is not None and self.account != inbound.account_id:
-            return False
-        if self.peer and self.peer != (
-            inbound.thread_parent if inherited else inbound.routing_peer
-        ):
-            return False
-        if self.parent_peer and self.parent_peer != inbound.thread_parent:
-            return False
-        if self.guild and self.guild != inbound.guild_id:
-            return False
-        if self.roles and self.roles.isdisjoint(inbound.member_roles):
-            return False
-        return not (self.team and self.team != inbound.team_id)
-
-    def slots(self) -> list[tuple[Tier, str, dict[str, str | None]]]:
-        """Where this binding can win, each with the constraints left to match there."""
-        others = {"account": self.account, "guild": self.guild or None, "team": self.team or None}
-        if self.tier == Tier.PEER:
-            slots = [(Tier.PEER, self.peer, {**others, "parent_peer": self.parent_peer or None})]
-            if not self.parent_peer:  # threads under this peer inherit it
-                slots.append((Tier.PARENT_PEER, self.peer, others))
-            return slots
-        if self.tier == Tier.PARENT_PEER:
-            return [(Tier.PARENT_PEER, self.parent_peer, others)]
-        if self.tier == Tier.GUILD_ROLES:
-            # Any two role sets can meet in one member, so roles never tell two apart.
-            return [
-                (Tier.GUILD_ROLES, self.guild, {"account": self.account, "team": others["team"]})
-            ]
-        if self.tier == Tier.GUILD:
-            return [(Tier.GUILD, self.guild, {"account": self.account, "team": others["team"]})]
-        if self.tier == Tier.TEAM:
-            return [(Tier.TEAM, self.team, {"account": self.account})]
-        if self.tier == Tier.ACCOUNT:
-            return [(Tier.ACCOUNT, self.account or "", {})]
-        return [(Tier.CHANNEL, "", {})]
-
-
-def compile_binding(
-    *,
-    id: int | None,
-    agent_id: int,
-    agent_slug: str,
-    channel: str,
-    account_id: str = "",
-    peer: str = "",
-    parent_peer: str = "",
-    guild_id: str = "",
-    roles: Iterable[Any] | None = (),
-    team_id: str = "",
-) -> CompiledBinding:
-    channel = (channel or "").strip().lower()
-    account = (account_id or "").strip()
-    peer = (peer or "").strip()
-    parent_peer = (parent_peer or "").strip()
-    guild = (guild_id or "").strip()
-    team = (team_id or "").strip()
-    role_set = frozenset(r for r in (str(r).strip() for r in roles) if r) if roles else _NO_ROLES
-    if peer:
-        tier = Tier.PEER
-    elif parent_peer:
-        tier = Tier.PARENT_PEER
-    elif guild:
-        tier = Tier.GUILD_ROLES if role_set else Tier.GUILD
-    elif team:
-        tier = Tier.TEAM
-    elif account and account != "*":
-        tier = Tier.ACCOUNT
-    else:
-        tier = Tier.CHANNEL
-    return CompiledBinding(
-        id,
-        agent_id,
-        agent_slug,
-        tier,
-        channel,
-        None if account in ("", "*") else account,
-        peer,
-        parent_peer,
-        guild,
-        role_set,
-        team,
-    )
-
-
-def _compatible(a: Mapping[str, str | None], b: Mapping[str, str | None]) -> bool:
-    for name in a.keys() & b.keys():
-        if a[name] is not None and b[name] is not None and a[name] != b[name]:
-            return False
-    return True
-
-
-def binding_conflicts(
-    candidate: CompiledBinding, others: Iterable[CompiledBinding]
-) -> list[tuple[CompiledBinding, Tier]]:
-    """The bindings ``candidate`` would tie with, and in which tier. Pure."""
-    mine = [(tier, key, rest) for tier, key, rest in candidate.slots()]
-    found = []
-    for other in others:
-        if candidate.id is not None and other.id == candidate.id:
-            continue
-        if other.channel != candidate.channel:
-            continue
-        for tier, key, rest in other.slots():
-            clash = next(
-                (t for t, k, r in mine if t == tier and k == key and _compatible(rest, r)),
-                None,
-            )
-            if clash is not None:
-                found.append((other, clash))
-                break
-    return found
 
 
 def _roles_from_text(text: str | None) -> list[Any]:
@@ -365,14 +192,6 @@ class RouteIndex:
     @classmethod
     def load(cls) -> RouteIndex:
         """From the database, in four queries whatever the number of bindings."""
-        from django.db.models import TextField
-        from django.db.models.functions import Cast
-
-        from chats.gateway.models import IdentityLink
-        from chats.gateway.selectors import gateway_config
-        from chats.models import Agent, Binding
-        from chats.runtime.services import default_agent
-
         config = gateway_config()  # read first: a change after this only makes the index newer
         default = default_agent()
         agents = [
@@ -494,8 +313,6 @@ def route_index(*, check_db: bool = False) -> RouteIndex:
     global _cached
     index = _cached
     if index is not None and check_db:
-        from chats.gateway.models import GatewayConfig
-
         stored = (
             GatewayConfig.objects.filter(pk=1).values_list("routing_version", flat=True).first()
         )
@@ -513,6 +330,19 @@ def route_index_invalidate() -> None:
     _cached = None
 
 
+def routing_changed(sender, instance=None, created=False, raw=False, **kwargs) -> None:
+    """A binding, an agent, an identity link or the settings changed: drop the index here,
+    and bump the stored version so other processes drop theirs at their next message."""
+    if raw:
+        return
+    if sender is GatewayConfig and created:
+        return  # the settings row being made: nothing routing reads has changed
+    route_index_invalidate()
+    GatewayConfig.objects.get_or_create(pk=1)
+    GatewayConfig.objects.filter(pk=1).update(routing_version=F("routing_version") + 1)
+    transaction.on_commit(route_index_invalidate)
+
+
 def resolve_route(
     inbound: Inbound, *, index: RouteIndex | None = None, dm_scope: str | None = None
 ) -> Route:
@@ -522,74 +352,3 @@ def resolve_route(
     defaults to the index's (the gateway's setting). Never scans bindings.
     """
     return (index or route_index()).resolve(inbound, dm_scope=dm_scope)
-
-
-# ---------------------------------------------------------------------------
-# Refusing ties when a binding is saved
-
-
-def binding_check(binding: Any) -> None:
-    """Refuse a binding that is malformed or would tie with a saved one (ValidationError)."""
-    from django.core.exceptions import ValidationError
-    from django.db.models import Q
-
-    from chats.models import Binding
-
-    channel = (binding.channel or "").strip().lower()
-    if not CHANNEL_PATTERN.match(channel):
-        raise ValidationError({"channel": ERR_CHANNEL})
-    binding.channel = channel
-    roles = binding.roles or []
-    if not isinstance(roles, list) or not all(isinstance(r, str | int) for r in roles):
-        raise ValidationError({"roles": "Roles are a list of role ids."})
-    if roles and not (binding.guild_id or "").strip():
-        raise ValidationError({"roles": ERR_ROLES_NEED_GUILD})
-    if binding.agent_id is None:
-        return  # the form reports the missing agent itself
-    slug = binding.agent.slug
-    candidate = compile_binding(
-        id=binding.pk,
-        agent_id=binding.agent_id,
-        agent_slug=slug,
-        channel=channel,
-        account_id=binding.account_id,
-        peer=binding.peer,
-        parent_peer=binding.parent_peer,
-        guild_id=binding.guild_id,
-        roles=roles,
-        team_id=binding.team_id,
-    )
-    keys = {key for _, key, _ in candidate.slots() if key}
-    near = Q(peer="", parent_peer="", guild_id="", team_id="")  # account and channel rules
-    if keys:
-        near |= (
-            Q(peer__in=keys) | Q(parent_peer__in=keys) | Q(guild_id__in=keys) | Q(team_id__in=keys)
-        )
-    others = Binding.objects.filter(near, channel=channel).select_related("agent")
-    if binding.pk:
-        others = others.exclude(pk=binding.pk)
-    compiled = {
-        other.pk: (
-            other,
-            compile_binding(
-                id=other.pk,
-                agent_id=other.agent_id,
-                agent_slug=other.agent.slug,
-                channel=other.channel,
-                account_id=other.account_id,
-                peer=other.peer,
-                parent_peer=other.parent_peer,
-                guild_id=other.guild_id,
-                roles=other.roles,
-                team_id=other.team_id,
-            ),
-        )
-        for other in others
-    }
-    clashes = binding_conflicts(candidate, [c for _, c in compiled.values()])
-    if clashes:
-        other, tier = clashes[0]
-        raise ValidationError(
-            ERR_TIE.format(this=candidate.label, other=other.label, tier=tier),
-            code="tie",
-        )

@@ -44,17 +44,6 @@ def session_latest_archived(*, agent_id: int, session_key: str, owner) -> Conver
     )
 
 
-def session_generations(*, conversation: Conversation) -> list[Conversation]:
-    """Every generation of this chat's session, oldest first (same agent, same key)."""
-    if not conversation.session_key:
-        return [conversation]
-    return list(
-        Conversation.objects.filter(
-            agent_id=conversation.agent_id, session_key=conversation.session_key
-        ).order_by("session_started_at", "pk")
-    )
-
-
 def is_owner_peer(*, owner, channel: str, account_id: str, peer: str) -> bool:
     """Whether ``peer`` on ``channel`` is the owner themself (configured in OwnerIdentity)."""
     return OwnerIdentity.objects.filter(

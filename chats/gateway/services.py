@@ -23,7 +23,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from chats.gateway.inbound import Inbound
-from chats.gateway.lifecycle import Policies, local_zone, manual_reset, reset_reason
+from chats.gateway.lifecycle import Policies, due_before, local_zone, manual_reset, reset_reason
 from chats.gateway.models import (
     ChannelAccount,
     ChatType,
@@ -51,8 +51,15 @@ from chats.models import (
     Turn,
     TurnState,
 )
-from chats.runtime import services as runtime
-from chats.runtime.services import ConchError
+from chats.runtime.chats import (
+    ConchError,
+    conversation_archive,
+    conversation_create,
+    conversation_set_mode,
+    entry_append,
+)
+from chats.runtime.turns import message_send, queued_inputs_take
+from chats.taint import taint_raise
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +194,7 @@ def session_start(
     except OSError:
         log.warning("could not make the workspace %s for %s", agent.workspace, agent.slug)
     with transaction.atomic():
-        chat = runtime.conversation_create(
+        chat = conversation_create(
             owner=owner,
             title=title,
             folder=agent.workspace,
@@ -205,7 +212,7 @@ def session_start(
             **origin_fields,
         )
         if previous is not None:
-            runtime.entry_append(
+            entry_append(
                 conversation=chat,
                 role=EntryRole.CONCH,
                 kind=EntryKind.NOTE,
@@ -240,7 +247,7 @@ def session_end(*, conversation: Conversation, reason: str) -> str:
     """
     with transaction.atomic():
         try:
-            chat = runtime._lock_chat(conversation.pk)
+            chat = Conversation.objects.lock(conversation.pk)
         except Conversation.DoesNotExist:
             return "gone"
         if chat.archived:
@@ -249,7 +256,7 @@ def session_end(*, conversation: Conversation, reason: str) -> str:
             SessionOrigin.objects.filter(pk=chat.pk).update(reset_pending=reason)
             return "pending"
         SessionOrigin.objects.filter(pk=chat.pk).update(ended_because=reason, reset_pending="")
-        runtime.conversation_archive(conversation=chat)
+        conversation_archive(conversation=chat)
     return "archived"
 
 
@@ -405,13 +412,13 @@ def _take_in(
         )
 
     if someone_elses and not chat.taint_at_least(Taint.PERSON):
-        raised = runtime.taint_raise(
+        raised = taint_raise(
             conversation=chat, taint=Taint.PERSON, why=f"a message from {inbound.peer}"
         )
         if raised and chat.mode == Mode.AUTO:
             # Someone else's words just joined a chat of yours (dmScope shared): from now
             # on a write waits for your OK, as in any chat with someone else's words.
-            chat = runtime.conversation_set_mode(conversation=chat, mode=Mode.ASK)
+            chat = conversation_set_mode(conversation=chat, mode=Mode.ASK)
 
     text = command[1] if command is not None else inbound.text
     if not text:
@@ -426,7 +433,7 @@ def _take_in(
         Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
         return ("reset_pending" if pending else "reset"), chat
 
-    sent = runtime.message_send(conversation=chat, text=_message_text(inbound, text))
+    sent = message_send(conversation=chat, text=_message_text(inbound, text))
     Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
     if pending:
         return "reset_pending", chat
@@ -457,14 +464,14 @@ def session_reset_after_reply(
     Returns the new generation, if one was opened.
     """
     with transaction.atomic():
-        chat = runtime._lock_chat(conversation_id)
+        chat = Conversation.objects.lock(conversation_id)
         origin = SessionOrigin.objects.filter(pk=chat.pk).first()
         if origin is None or not origin.reset_pending or chat.archived or _has_open_turn(chat):
             return None
         why = origin.reset_pending
-        texts = runtime._queued_take_locked(chat)
+        texts = queued_inputs_take(conversation=chat)
         SessionOrigin.objects.filter(pk=chat.pk).update(ended_because=why, reset_pending="")
-        runtime.conversation_archive(conversation=chat)
+        conversation_archive(conversation=chat)
         if not texts:
             return None  # the next message opens the next generation
         fields = {name: getattr(origin, name) for name in SessionOrigin.ORIGIN_FIELDS}
@@ -484,7 +491,7 @@ def session_reset_after_reply(
             for text in texts:
                 QueuedInput.objects.create(conversation=fresh, text=text)
         else:
-            runtime.message_send(conversation=fresh, text="\n\n".join(texts))
+            message_send(conversation=fresh, text="\n\n".join(texts))
     return fresh
 
 
@@ -505,8 +512,6 @@ def sessions_reset_sweep(*, now: dt.datetime | None = None, batch: int = 500) ->
     The next message to a swept session opens its next generation. Works in
     batches of ``batch`` rows, so memory stays flat however many sessions there are.
     """
-    from chats.gateway.lifecycle import due_before
-
     now = now or timezone.now()
     zone = local_zone()
     policies = Policies.load()

@@ -42,7 +42,7 @@ from chats.gateway.services import (
 from chats.gateway.telegram import CHANNEL as TELEGRAM
 from chats.gateway.telegram import SECRET_HEADER, telegram_inbound
 from chats.models import Agent
-from chats.runtime.services import ConchError, default_agent
+from chats.runtime.chats import ConchError, default_agent
 
 ERR_NO_TOKEN = "A gateway token is required: Authorization: Bearer <token>."
 ERR_BAD_TOKEN = "That gateway token is not valid."

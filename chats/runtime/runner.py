@@ -3,8 +3,8 @@
 One lives in the server process (started by ``conch serve``, not by the first
 request) and any number in ``conch worker`` processes. Claims are row-locked
 and conditional, so each reply runs exactly once whatever the number of runners.
-Sweeps (recovery, room for tasks, and what later features register) run on
-their own period.
+Sweeps (recovery, room for tasks, and those apps register with
+``chats.hooks.register_sweep``) run on their own period.
 """
 
 from __future__ import annotations
@@ -16,32 +16,23 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from chats import events, processes
-from chats.runtime import services
+from chats import events, hooks, processes
+from chats.models import Turn, TurnState
+from chats.runtime.claims import (
+    turn_claim,
+    turn_release,
+    turn_renew_lease,
+    turn_renew_leases,
+    turns_recover,
+)
+from chats.runtime.stepping import turn_advance
+from chats.runtime.turns import ERR_COMMAND_SHUTDOWN, tasks_make_room, turn_end
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Sweep:
-    name: str
-    every: float
-    run: Callable[[], object]
-    last: float = 0.0
-
-
-_sweeps: list[Sweep] = []
-
-
-def register_sweep(name: str, every: float, run: Callable[[], object]) -> None:
-    """A periodic job for every runner (waits' 30-second look, maintenance, schedules)."""
-    if all(s.name != name for s in _sweeps):
-        _sweeps.append(Sweep(name, every, run))
 
 
 def worker_name() -> str:
@@ -90,7 +81,7 @@ class Runner:
         if self._thread:
             self._thread.join(timeout)
         # Their steps record why; the replies are released for the next start to pick up.
-        processes.commands_stop(worker=self.name, reason=services.ERR_COMMAND_SHUTDOWN)
+        processes.commands_stop(worker=self.name, reason=ERR_COMMAND_SHUTDOWN)
         if self._pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
@@ -107,8 +98,8 @@ class Runner:
         import time
 
         try:
-            services.turns_recover(orphaned_only=not self.lone)
-            services.tasks_make_room()
+            turns_recover(orphaned_only=not self.lone)
+            tasks_make_room()
         except Exception:
             log.exception("recovery at start failed")
         finally:
@@ -117,7 +108,7 @@ class Runner:
             try:
                 self.tick()
                 now = time.monotonic()
-                for sweep in list(_sweeps):
+                for sweep in list(hooks.sweeps):
                     if now - sweep.last >= sweep.every:
                         sweep.last = now
                         try:
@@ -139,12 +130,12 @@ class Runner:
         if active:
             # A heartbeat: a step can run longer than a lease (a slow command), and a
             # lease that ran out would let another runner take the reply for an orphan.
-            services.turn_renew_leases(turn_ids=active, worker=self.name)
+            turn_renew_leases(turn_ids=active, worker=self.name)
         if not self.lone:
-            services.turns_recover(orphaned_only=True)
+            turns_recover(orphaned_only=True)
         with self._lock:
             room = self.threads - len(self._active)
-        claimed = services.turn_claim(worker=self.name, limit=room)
+        claimed = turn_claim(worker=self.name, limit=room)
         for turn_id in claimed:
             with self._lock:
                 self._active.add(turn_id)
@@ -158,12 +149,8 @@ class Runner:
         except Exception:
             log.exception("driving turn %s failed", turn_id)
             try:
-                from chats.models import Turn, TurnState
-
                 turn = Turn.objects.get(pk=turn_id)
-                services.turn_end(
-                    turn=turn, state=TurnState.FAILED, reason="Conch hit an internal error."
-                )
+                turn_end(turn=turn, state=TurnState.FAILED, reason="Conch hit an internal error.")
             except Exception:
                 log.exception("could not mark turn %s failed", turn_id)
         finally:
@@ -174,15 +161,15 @@ class Runner:
 
     def drive(self, turn_id: int) -> None:
         while not self._stop.is_set():
-            advance = services.turn_advance(
+            advance = turn_advance(
                 turn_id=turn_id, worker=self.name, honour_delays=self.honour_delays
             )
             if not advance.more:
                 break
-            if not services.turn_renew_lease(turn_id=turn_id, worker=self.name):
+            if not turn_renew_lease(turn_id=turn_id, worker=self.name):
                 break
         else:
-            services.turn_release(turn_id=turn_id, worker=self.name)
+            turn_release(turn_id=turn_id, worker=self.name)
         self.turns_driven += 1
 
 
@@ -210,20 +197,18 @@ def drain(*, worker: str = "drain", limit: int = 10_000, honour_delays: bool = F
     """
     played = 0
     while played < limit:
-        claimed = services.turn_claim(worker=worker, limit=1)
+        claimed = turn_claim(worker=worker, limit=1)
         if not claimed:
-            services.tasks_make_room()
-            claimed = services.turn_claim(worker=worker, limit=1)
+            tasks_make_room()
+            claimed = turn_claim(worker=worker, limit=1)
             if not claimed:
                 return played
         turn_id = claimed[0]
         while played < limit:
-            advance = services.turn_advance(
-                turn_id=turn_id, worker=worker, honour_delays=honour_delays
-            )
+            advance = turn_advance(turn_id=turn_id, worker=worker, honour_delays=honour_delays)
             played += 1
             if not advance.more:
                 break
         else:
-            services.turn_release(turn_id=turn_id, worker=worker)
+            turn_release(turn_id=turn_id, worker=worker)
     return played

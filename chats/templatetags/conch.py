@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from django import template
 from django.utils import timezone
 
+from chats import regions
 from chats.models import Origin
 from chats.tools.registry import ToolError, get_tool
 
@@ -128,6 +129,4 @@ def tool_family(name: str) -> str:
 @register.filter
 def row_badge(row):
     """The badge for a sidebar row (a ``ChatSnapshot``)."""
-    from chats.regions import row_badge as badge
-
-    return badge(row)
+    return regions.row_badge(row)

@@ -1,6 +1,7 @@
 """The tool registry: every tool's name, arguments, family, effect and who may have it.
 
-``together`` registers its tools here when its app is ready; ``chats`` never
+Apps register their tools and their families' words when they are ready
+(``chats.hooks.register_tool``, ``chats.hooks.family_add``); ``chats`` never
 imports ``together``.
 """
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from chats.models import Conversation, Turn
+    from chats.models import Conversation, Task, Turn
 
 
 class ToolError(Exception):
@@ -26,11 +27,23 @@ class UnknownTool(ToolError):
 READING_FILES = "reading files"
 EDITING_FILES = "editing files"
 RUNNING_A_COMMAND = "running a command"
-LOOKING_AT_CHATS = "looking at your other chats"
-MESSAGING_A_CHAT = "messaging another chat"
-WAITING = "waiting"
 BROWSING = "reading a web page"
-THINKING = "thinking"
+THINKING = "thinking"  # a reply between steps: no tool's family
+
+ERR_UNKNOWN_FAMILY = "{tool}: its family {family!r} is not registered (chats.hooks.family_add)."
+
+# The words a running step may show; an app adds its own before registering its tools.
+_families: set[str] = {
+    READING_FILES,
+    EDITING_FILES,
+    RUNNING_A_COMMAND,
+    BROWSING,
+}
+
+
+def family_add(family: str) -> None:
+    """Let tools use ``family``: the words the chat list shows while one of them runs."""
+    _families.add(family)
 
 
 @dataclass
@@ -49,6 +62,10 @@ class ToolContext:
     step_id: int | None = None
     worker: str = ""
     interrupted: Callable[[], str] = field(default=lambda: "")
+    # Lent by the runtime, which stands above the tools and is never imported by them:
+    # start a task for this chat (``start_background_task``). A refusal is a ToolError,
+    # a script that can't be played a ValueError. None outside a running reply.
+    start_task: Callable[..., Task] | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +113,8 @@ def register(tool: Tool) -> Tool:
         raise ValueError(f"{tool.name}: effect must be 'read' or 'write'")
     if tool.schema.get("type") != "object":
         raise ValueError(f"{tool.name}: the schema must describe an object")
+    if tool.family not in _families:
+        raise ValueError(ERR_UNKNOWN_FAMILY.format(tool=tool.name, family=tool.family))
     _tools[tool.name] = tool
     return tool
 
@@ -105,11 +124,6 @@ def get_tool(name: str) -> Tool:
         return _tools[name]
     except KeyError:
         raise UnknownTool(f"There is no tool called {name!r}.") from None
-
-
-def describe_tool(name: str) -> Tool:
-    """The tool's record; ``describe_tool(name).family`` is the step's family."""
-    return get_tool(name)
 
 
 def all_tools() -> list[Tool]:

@@ -1,4 +1,8 @@
-"""Tasks: background work a chat starts, on the subagent lane, and room for them (ADR 0129)."""
+"""The task tools: ``start_background_task`` and ``task_status`` (ADR 0129).
+
+A task starts, or waits for room, in ``chats.runtime.turns``; the tool asks the
+runtime for it through ``ToolContext.start_task``.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,12 @@ from typing import Any
 from django.conf import settings
 
 from chats.models import Origin, Task, TaskState
-from chats.runtime import hooks
-from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
+from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, family_add, register
 
 STARTING_A_TASK = "starting a task"
 CHECKING_TASKS = "checking on tasks"
+
+ERR_NO_REPLY = "start_background_task: a task is started from a running reply."
 
 TASKS_PROMPT = """\
 Tasks. start_background_task starts work that runs on its own while you carry on. \
@@ -59,24 +64,14 @@ def _task_status(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 
 
 def _start_background_task(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    from chats.engines.scripted import ScriptError, validate_script
-    from chats.runtime.services import ConchError, task_start
-
-    script = args.get("script")
-    if script is not None:
-        try:
-            validate_script(script, where="script")
-        except ScriptError as exc:
-            raise ToolError(f"start_background_task: {exc}") from None
+    if ctx.start_task is None:
+        raise ToolError(ERR_NO_REPLY)
     try:
-        task = task_start(
-            parent=ctx.conversation,
-            title=args["title"],
-            prompt=args.get("prompt", ""),
-            script=script,
+        task = ctx.start_task(
+            title=args["title"], prompt=args.get("prompt", ""), script=args.get("script")
         )
-    except ConchError as exc:
-        raise ToolError(str(exc)) from None
+    except ValueError as exc:  # the scripted engine's ScriptError names the bad action
+        raise ToolError(f"start_background_task: {exc}") from None
     where = (
         "It is running."
         if task.state == TaskState.RUNNING
@@ -93,6 +88,8 @@ def _may_start_tasks(conversation) -> bool:
 
 
 def register_tools() -> None:
+    family_add(STARTING_A_TASK)
+    family_add(CHECKING_TASKS)
     register(
         Tool(
             name="start_background_task",
@@ -129,4 +126,3 @@ def register_tools() -> None:
             run=_task_status,
         )
     )
-    hooks.add_system_section(TASKS_PROMPT, order=40)

@@ -49,12 +49,13 @@ from django.db import transaction
 
 from chats import events
 from chats.models import Conversation, Taint, Turn
+from chats.taint import taint_raise
 from chats.tools.registry import BROWSING, Tool, ToolContext, ToolError, ToolResult, register
 
 MAX_REDIRECTS = 5
 URL_LIMIT = 2_000
 # What one call hands the model. The runtime keeps a step's result to 4,000
-# characters (services.RESULT_LIMIT); the frame and fence must fit whole.
+# characters (stepping.RESULT_LIMIT); the frame and fence must fit whole.
 PAGE_TEXT_LIMIT = 3_000
 USER_AGENT = "Conch/0.1 (fetch_page; a local assistant reading one page)"
 REDIRECTS = (301, 302, 303, 307, 308)
@@ -507,8 +508,6 @@ def page_open(*, conversation: Conversation, turn: Turn, url: str) -> None:
 
     If this can't be written down, nothing is fetched.
     """
-    from chats.runtime.services import taint_raise
-
     host = urlsplit(url).hostname or url
     with transaction.atomic():
         taint_raise(

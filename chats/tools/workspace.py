@@ -314,6 +314,15 @@ def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     return ToolResult(note + text)
 
 
+def step_record_command(
+    *, step_id: int, process_group: int, process_mark: str, sandboxed: bool
+) -> None:
+    """Write down a command's process group as it starts, so a restart can find it."""
+    Step.objects.filter(pk=step_id).update(
+        process_group=process_group, process_mark=process_mark, sandboxed=sandboxed
+    )
+
+
 def _run_and_wait(
     ctx: ToolContext,
     argv: list[str],
@@ -346,8 +355,6 @@ def _run_and_wait(
         process, turn_id=ctx.turn.pk, worker=ctx.worker, sandboxed=sandboxed
     ) as command:
         if ctx.step_id is not None:
-            from chats.runtime.services import step_record_command
-
             step_record_command(
                 step_id=ctx.step_id,
                 process_group=process.pid,

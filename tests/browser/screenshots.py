@@ -31,8 +31,9 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
     from django.utils import timezone
 
     from chats.models import Agent, Inbound, Mode, Origin, Status, Step, Turn, TurnState
-    from chats.runtime import services
+    from chats.runtime.chats import conversation_create
     from chats.runtime.runner import drain
+    from chats.runtime.turns import conversation_stop, message_send
     from chats.signin import owner_ensure, signin_link_create
     from together.messages import message_chat
     from together.models import ChatMessage, MessageState
@@ -53,13 +54,13 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
     )
 
     def chat(title, folder, script=(), **kwargs):
-        return services.conversation_create(
+        return conversation_create(
             owner=owner, title=title, folder=str(folder), agent=agent, script=list(script), **kwargs
         )
 
     nightly = chat("Nightly dependency check", deploy, origin=Origin.ROUTINE)
-    services.message_send(conversation=nightly, text="Check for outdated packages.")
-    services.conversation_stop(conversation=nightly, by="person")
+    message_send(conversation=nightly, text="Check for outdated packages.")
+    conversation_stop(conversation=nightly, by="person")
 
     ann = chat(
         "Answer Ann about the refund",
@@ -68,7 +69,7 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
         origin=Origin.CHAT_APP,
         origin_channel="telegram",
     )
-    services.message_send(conversation=ann, text="Ann asks when her refund arrives.")
+    message_send(conversation=ann, text="Ann asks when her refund arrives.")
     drain()
 
     watch = chat(
@@ -82,7 +83,7 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
         ],
         mode=Mode.ASK,
     )
-    services.message_send(conversation=watch, text="Deploy 2.4 to staging and watch it.")
+    message_send(conversation=watch, text="Deploy 2.4 to staging and watch it.")
     drain()
 
     fix = chat(
@@ -106,10 +107,10 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
             ],
         ],
     )
-    services.message_send(conversation=fix, text="Totals are off by a few cents. Please fix it.")
+    message_send(conversation=fix, text="Totals are off by a few cents. Please fix it.")
     drain()
     # A second reply, caught mid-step: it wrote a test and is running it.
-    turn = services.message_send(conversation=fix, text="Add a test for it, and run the tests.")
+    turn = message_send(conversation=fix, text="Add a test for it, and run the tests.")
     test_file = shop / "tests" / "test_totals.py"
     test_file.write_text("def test_cents_are_kept():\n    ...\n")
     now = timezone.now()
@@ -140,7 +141,7 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
     )
 
     notes = chat("Write the 2.4 release notes", docs)
-    notes_turn = services.message_send(conversation=notes, text="Draft the notes for 2.4.")
+    notes_turn = message_send(conversation=notes, text="Draft the notes for 2.4.")
     Turn.objects.filter(pk=notes_turn.pk).update(
         step_family="editing files", step_started_at=now - timedelta(seconds=40)
     )
@@ -158,7 +159,7 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
         ],
         inbound=Inbound.HOLD,
     )
-    review_turn = services.message_send(conversation=review, text="What are the others doing?")
+    review_turn = message_send(conversation=review, text="What are the others doing?")
     play_only(review_turn)
     message_chat(
         sender=notes,
@@ -178,10 +179,10 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
 def play_only(turn) -> None:
     """Play one reply to its end, leaving every other open reply where it is."""
     from chats.models import Turn
-    from chats.runtime import services
+    from chats.runtime.stepping import turn_advance
 
     Turn.objects.filter(pk=turn.pk, claimed_by="").update(claimed_by="screenshots")
-    while services.turn_advance(turn_id=turn.pk, worker="screenshots", honour_delays=False).more:
+    while turn_advance(turn_id=turn.pk, worker="screenshots", honour_delays=False).more:
         pass
 
 

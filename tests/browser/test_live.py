@@ -7,7 +7,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from chats.runtime import services
+from chats.runtime.chats import conversation_rename
 from tests.browser.test_workspace import open_chat, scripted_chat
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -26,7 +26,7 @@ def test_a_socket_the_server_closes_reconnects_and_catches_up(
     expect(body).to_have_attribute("data-socket-opens", "1")
 
     # Changed behind the page's back: no event will ever tell it.
-    services.conversation_rename(conversation=chat, title="Renamed while it was away")
+    conversation_rename(conversation=chat, title="Renamed while it was away")
 
     # Daphne closes the socket at its websocket_timeout (2 s on this server) with a
     # clean close, which htmx's ws extension would not retry by itself.
@@ -51,7 +51,7 @@ def test_a_page_says_it_is_offline_keeps_what_was_typed_and_recovers(
     composer.press("Enter")
     expect(page.locator("#composer-error")).to_contain_text("could not be reached")
     expect(composer).to_have_value("Written while Conch was down")
-    services.conversation_rename(conversation=chat, title="Renamed while it was down")
+    conversation_rename(conversation=chat, title="Renamed while it was down")
 
     short_lived_server.start()  # the same port: the page's socket finds it again
 
@@ -78,7 +78,7 @@ def test_a_lost_event_is_noticed_by_the_gap_in_the_numbers(
     open_chat(acting, conch_server, shown)
 
     # An event numbered but never delivered (the channel layer delivers at most once).
-    services.conversation_rename(conversation=elsewhere, title="Renamed, and the event lost")
+    conversation_rename(conversation=elsewhere, title="Renamed, and the event lost")
     expect(watching.page.locator(f"#row-{elsewhere.public_id}")).to_contain_text("Elsewhere")
 
     # The next event this page gets is one number too far ahead: it fetches again.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from chats.models import Binding
+from chats.gateway.models import Binding
 from tests.factories import AgentFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from chats.models import Inbound, Mode, StartedBy
-from chats.runtime import services
+from chats.runtime.turns import message_send
 from tests.browser.test_workspace import STEP, open_chat, row, scripted_chat, still_the_same_page
 from together.messages import inbound_set
 from together.models import ChatMessage, MessageState
@@ -58,8 +58,8 @@ def test_the_look_card_shows_the_other_chats_and_its_rows_open_them(
     page = tab.page
     sign_in(tab)
     open_chat(tab, conch_server, busy)
-    services.message_send(conversation=busy, text="Fix it")
-    services.message_send(conversation=asking, text="Roll it out")
+    message_send(conversation=busy, text="Fix it")
+    message_send(conversation=asking, text="Roll it out")
     # The busy chat has changed its file and works on; the other waits for an OK.
     expect(page.locator("#transcript .step .files li")).to_have_text("src/auth.ts")
     expect(row(page, asking).locator(".badge")).to_have_text("needs you")
@@ -141,7 +141,7 @@ def test_a_held_message_passed_on_starts_the_receiving_chats_reply_live(
     sign_in(tab)
     open_chat(tab, conch_server, receiver)
 
-    services.message_send(conversation=sender, text="Ask the login chat to run its tests")
+    message_send(conversation=sender, text="Ask the login chat to run its tests")
 
     card = message_card(page)
     expect(card.locator(".card-head")).to_have_text("From “Release notes” · another chat, not you")
@@ -169,7 +169,7 @@ def test_dismissing_a_held_message_turns_its_card_dismissed_and_starts_nothing(
     page = tab.page
     sign_in(tab)
     open_chat(tab, conch_server, receiver)
-    services.message_send(conversation=sender, text="Ask the login chat to run its tests")
+    message_send(conversation=sender, text="Ask the login chat to run its tests")
     card = message_card(page)
     expect(card.locator(".badge")).to_have_text("held for you")
 

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from chats.models import Conversation, Mode, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -20,7 +20,7 @@ STEP = 0.3  # seconds per scripted action: slow enough to watch, quick enough to
 
 
 def scripted_chat(owner, agent, folder, *replies, title="Fix the login bug", mode=Mode.AUTO):
-    return services.conversation_create(
+    return conversation_create(
         owner=owner, title=title, folder=str(folder), agent=agent, mode=mode, script=list(replies)
     )
 

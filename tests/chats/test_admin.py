@@ -2,13 +2,14 @@ import pytest
 from django.urls import reverse
 
 from chats.models import AuthProfile, Conversation, Entry, Step, Task, Turn
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
+from chats.runtime.turns import message_send, task_start
 
 
 @pytest.fixture
 def played_chat(owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Fix the login",
         folder=str(workspace),
@@ -16,8 +17,8 @@ def played_chat(owner, agent, workspace):
             [{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}, {"say": "Done."}]
         ],
     )
-    services.message_send(conversation=chat, text="go")
-    services.task_start(parent=chat, title="Check the build")
+    message_send(conversation=chat, text="go")
+    task_start(parent=chat, title="Check the build")
     drain()
     return chat
 

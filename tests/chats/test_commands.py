@@ -22,8 +22,14 @@ from django.urls import reverse
 
 from chats import processes
 from chats.models import AuthProfile, EntryRole, Step, Turn, TurnState
-from chats.runtime import services
 from chats.runtime.runner import Runner, drain
+from chats.runtime.turns import (
+    ERR_COMMAND_SHUTDOWN,
+    ERR_COMMAND_STOPPED,
+    conversation_delete,
+    conversation_stop,
+    message_send,
+)
 from chats.secrets import REDACTED
 from chats.tools import sandbox
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
@@ -218,7 +224,7 @@ def test_a_commands_output_is_stored_with_keys_and_passwords_taken_out(
     )
     chat = scripted_chat([command("cat leak.txt"), say("Read it.")])
 
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
 
     step = Step.objects.get(turn__conversation=chat)
@@ -256,7 +262,7 @@ def test_every_steps_stored_result_is_scrubbed(scripted_chat, agent, workspace):
     )
     chat = scripted_chat([{"tool": "read_file", "args": {"path": ".env"}}, say("Read it.")])
 
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
 
     step = Step.objects.get(turn__conversation=chat)
@@ -269,7 +275,7 @@ def test_a_stopped_commands_output_is_scrubbed_too(scripted_chat, settings):
     settings.CONCH_COMMAND_TIMEOUT = 0.5
     chat = scripted_chat([command("echo ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123; sleep 5")])
 
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
 
     step = Step.objects.get(turn__conversation=chat)
@@ -444,7 +450,7 @@ def test_in_the_sandbox_a_command_cannot_reach_a_socket_in_run(ctx, sandboxed):
 def test_a_sandboxed_command_is_recorded_as_one(scripted_chat, sandboxed):
     chat = scripted_chat([command("true")])
 
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
 
     step = Step.objects.get(turn__conversation=chat)
@@ -498,9 +504,9 @@ def test_auto_runs_plainly_where_the_sandbox_does_not_work_and_says_so_in_the_fi
         [command("echo three > three.txt")],
     )
 
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
-    services.message_send(conversation=chat, text="again")
+    message_send(conversation=chat, text="again")
     drain()
 
     first, second, third = Step.objects.filter(turn__conversation=chat).order_by(
@@ -518,7 +524,7 @@ def test_auto_uses_the_sandbox_where_it_works_and_says_nothing(scripted_chat, se
     settings.CONCH_SANDBOX = sandbox.SANDBOX_AUTO
     chat = scripted_chat([command("true")])
 
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
 
     step = Step.objects.get(turn__conversation=chat)
@@ -569,18 +575,18 @@ def test_stop_ends_the_running_command_and_everything_it_started(
 ):
     os.mkfifo(workspace / "ready.fifo")
     chat = scripted_chat([command(_long_command(marker)), say("After.")])
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     driver = _drive_in_a_thread("stop-test")
     pids = _started(workspace, marker)
 
-    services.conversation_stop(conversation=chat)
+    conversation_stop(conversation=chat)
 
     assert wait_until_ended(pids, timeout=10) == [], "the command outlived the Stop"
     driver.join(30)
     assert not driver.is_alive()
     assert not (workspace / "proof.txt").exists()  # nothing is left that could write it
     step = Step.objects.get(turn__conversation=chat)
-    assert step.error == services.ERR_COMMAND_STOPPED
+    assert step.error == ERR_COMMAND_STOPPED
     assert step.ended_at is not None
     turn = Turn.objects.get(conversation=chat)
     assert turn.state == TurnState.STOPPED
@@ -595,27 +601,27 @@ def test_a_stop_pressed_in_another_process_ends_the_command_at_the_runners_next_
     monkeypatch.setattr(processes, "commands_stop", lambda **kwargs: 0)
     os.mkfifo(workspace / "ready.fifo")
     chat = scripted_chat([command(_long_command(marker)), say("After.")])
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     driver = _drive_in_a_thread("cross-process-test")
     pids = _started(workspace, marker)
 
-    services.conversation_stop(conversation=chat)
+    conversation_stop(conversation=chat)
 
     assert wait_until_ended(pids, timeout=10) == [], "the command outlived the Stop"
     driver.join(30)
     assert not (workspace / "proof.txt").exists()
-    assert Step.objects.get(turn__conversation=chat).error == services.ERR_COMMAND_STOPPED
+    assert Step.objects.get(turn__conversation=chat).error == ERR_COMMAND_STOPPED
 
 
 @pytest.mark.django_db(transaction=True)
 def test_deleting_a_chat_ends_its_running_command(scripted_chat, workspace, marker):
     os.mkfifo(workspace / "ready.fifo")
     chat = scripted_chat([command(_long_command(marker))])
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     driver = _drive_in_a_thread("delete-test")
     pids = _started(workspace, marker)
 
-    services.conversation_delete(conversation=chat)
+    conversation_delete(conversation=chat)
 
     assert wait_until_ended(pids, timeout=10) == []
     driver.join(30)
@@ -638,7 +644,7 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace(
 
 
 def test_a_stopped_command_gets_sigterm_first_so_it_can_tidy_up(ctx, mode, marker, workspace):
-    ctx.interrupted = lambda: services.ERR_COMMAND_STOPPED  # the reply is stopped at once
+    ctx.interrupted = lambda: ERR_COMMAND_STOPPED  # the reply is stopped at once
 
     with pytest.raises(ToolError) as stopped:
         # Tidying takes a moment: it must be given that moment, within the grace.
@@ -647,7 +653,7 @@ def test_a_stopped_command_gets_sigterm_first_so_it_can_tidy_up(ctx, mode, marke
             command=f"trap 'sleep 0.3; echo tidied > tidy.txt; exit 0' TERM; sleep {marker} & wait",
         )
 
-    assert str(stopped.value) == services.ERR_COMMAND_STOPPED
+    assert str(stopped.value) == ERR_COMMAND_STOPPED
     assert (workspace / "tidy.txt").read_text() == "tidied\n"
     assert processes_running(marker) == []
 
@@ -704,7 +710,7 @@ def test_shutting_down_a_runner_ends_its_commands_and_the_reply_carries_on_later
 ):
     os.mkfifo(workspace / "ready.fifo")
     chat = scripted_chat([command(_long_command(marker)), say("After the restart.")])
-    turn = services.message_send(conversation=chat, text="go")
+    turn = message_send(conversation=chat, text="go")
     runner = Runner(name="shutting-down", poll=0.05).start()
     try:
         pids = _started(workspace, marker)
@@ -714,7 +720,7 @@ def test_shutting_down_a_runner_ends_its_commands_and_the_reply_carries_on_later
     assert wait_until_ended(pids, timeout=10) == []
     assert not (workspace / "proof.txt").exists()
     step = Step.objects.get(turn=turn)
-    assert step.error == services.ERR_COMMAND_SHUTDOWN
+    assert step.error == ERR_COMMAND_SHUTDOWN
     turn.refresh_from_db()
     assert (turn.state, turn.claimed_by, turn.ended_at) == (TurnState.RUNNING, "", None)
     drain()  # the next start picks the reply up where it was

@@ -12,7 +12,9 @@ import pytest
 from django.db import close_old_connections
 
 from chats.models import Conversation, Mode, Step, Taint, Turn
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
+from chats.runtime.stepping import RESULT_LIMIT
+from chats.runtime.turns import conversation_stop, turn_start
 from chats.tools import web
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
 
@@ -105,14 +107,14 @@ def allow_loopback(settings):
 
 @pytest.fixture
 def reader(owner, agent):
-    return services.conversation_create(owner=owner, title="Reading the docs")
+    return conversation_create(owner=owner, title="Reading the docs")
 
 
 def fetch(chat, **args):
     """Run fetch_page as ``chat``'s open reply would."""
     turn = chat.turns.filter(ended_at__isnull=True).first()
     if turn is None:
-        turn = services.turn_start(conversation=chat, started_by="person", text="read it")
+        turn = turn_start(conversation=chat, started_by="person", text="read it")
     tool = get_tool("fetch_page")
     ctx = ToolContext(conversation=chat, turn=turn, folder=chat.folder)
     return tool.run(ctx, validate_args(tool, args)).text
@@ -141,7 +143,7 @@ ARTICLE = """<!doctype html>
 def test_the_chat_is_marked_untrusted_before_the_pages_words_arrive(
     transactional_db, owner, agent, site, allow_loopback
 ):
-    chat = services.conversation_create(owner=owner, title="Reading the docs")
+    chat = conversation_create(owner=owner, title="Reading the docs")
     site.page("/checklist", ARTICLE)
 
     def taint_when_asked():
@@ -199,7 +201,7 @@ def test_a_long_page_comes_in_parts(reader, site, allow_loopback):
     body = "".join(f"word{n:05d} " for n in range(2_000))
     site.page("/long.txt", body, content_type="text/plain")
     first = fetch(reader, url=site.url("/long.txt"))
-    assert len(first) <= services.RESULT_LIMIT
+    assert len(first) <= RESULT_LIMIT
     offset = int(re.search(r"fetch_page again with offset (\d+)", first).group(1))
     assert offset == web.PAGE_TEXT_LIMIT
     second = fetch(reader, url=site.url("/long.txt"), offset=offset)
@@ -300,14 +302,14 @@ def test_a_stopped_reply_closes_its_page_too(reader, site, allow_loopback):
     fetch(reader, url=site.url("/p"))
     turn = Turn.objects.get(conversation=reader, ended_at__isnull=True)
     assert turn.browser_open
-    services.conversation_stop(conversation=reader)
+    conversation_stop(conversation=reader)
     turn.refresh_from_db()
     assert not turn.browser_open
 
 
 def test_in_ask_mode_fetch_page_asks_the_person_first(owner, agent):
-    asking = services.conversation_create(owner=owner, title="Careful", mode=Mode.ASK)
-    auto = services.conversation_create(owner=owner, title="Auto", mode=Mode.AUTO)
+    asking = conversation_create(owner=owner, title="Careful", mode=Mode.ASK)
+    auto = conversation_create(owner=owner, title="Auto", mode=Mode.AUTO)
     assert get_tool("fetch_page").must_ask(asking)
     assert not get_tool("fetch_page").must_ask(auto)
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from django.utils import timezone
 
 from chats.models import TurnState
-from chats.runtime import services
+from chats.runtime.claims import turn_claim
 from chats.runtime.runner import Runner
+from chats.runtime.turns import message_send
 
 
 def test_a_runner_renews_the_lease_of_a_reply_whose_step_outlasts_it(scripted_chat):
     chat = scripted_chat([{"tool": "list_files", "args": {}}])
-    turn = services.message_send(conversation=chat, text="go")
+    turn = message_send(conversation=chat, text="go")
     runner = Runner(name="busy-runner", lone=False)
-    assert services.turn_claim(worker=runner.name, limit=1) == [turn.pk]
+    assert turn_claim(worker=runner.name, limit=1) == [turn.pk]
     # The step has run past the lease: without a heartbeat, any runner would take it for an orphan.
     type(turn).objects.filter(pk=turn.pk).update(
         lease_until=timezone.now() - timezone.timedelta(seconds=5)

@@ -15,8 +15,16 @@ from django.utils import timezone
 
 from chats import events
 from chats.models import Effect, EntryKind, EntryRole, Status, Step, Turn, TurnState
-from chats.runtime import services
+from chats.runtime import claims
+from chats.runtime.claims import (
+    ERR_COMMAND_ENDED_AFTER_RESTART,
+    ERR_COMMAND_GONE_AT_RESTART,
+    turn_claim,
+    turns_recover,
+)
 from chats.runtime.runner import drain
+from chats.runtime.stepping import turn_advance
+from chats.runtime.turns import message_send
 from chats.tools.registry import EDITING_FILES, READING_FILES
 from tests.commands import (
     kill_all,
@@ -34,10 +42,10 @@ DEAD = "dead-host:4242:abcdef"
 
 def claimed_by_a_dead_worker(chat, actions_played: int) -> Turn:
     """The person's message, claimed by a worker that played some actions and then died."""
-    turn = services.message_send(conversation=chat, text="go")
-    assert services.turn_claim(worker=DEAD, limit=1) == [turn.pk]
+    turn = message_send(conversation=chat, text="go")
+    assert turn_claim(worker=DEAD, limit=1) == [turn.pk]
     for _ in range(actions_played):
-        assert services.turn_advance(turn_id=turn.pk, worker=DEAD).more
+        assert turn_advance(turn_id=turn.pk, worker=DEAD).more
     turn.refresh_from_db()
     assert (turn.state, turn.claimed_by) == (TurnState.RUNNING, DEAD)
     return turn
@@ -64,14 +72,14 @@ def cut_off_step(turn: Turn, *, tool: str, family: str, effect: str, args: dict)
 def states_at_recovery(monkeypatch):
     """What the turn and its chat read as at the moment each is recovered."""
     seen: list[tuple[str, str]] = []
-    recover = services._recover_one
+    recover = claims._recover_one
 
     def watching(turn):
         fresh = Turn.objects.select_related("conversation").get(pk=turn.pk)
         seen.append((fresh.state, fresh.conversation.status))
         return recover(turn)
 
-    monkeypatch.setattr(services, "_recover_one", watching)
+    monkeypatch.setattr(claims, "_recover_one", watching)
     return seen
 
 
@@ -88,7 +96,7 @@ def test_a_reply_whose_worker_died_after_a_read_is_recovery_pending_first_then_r
     published.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
-        [recovered] = services.turns_recover()
+        [recovered] = turns_recover()
 
     assert states_at_recovery == [(TurnState.RECOVERY_PENDING, Status.WORKING)]
     assert recovered.pk == turn.pk
@@ -122,7 +130,7 @@ def test_a_read_step_that_was_cut_off_is_played_again(scripted_chat, workspace):
         turn, tool="read_file", family=READING_FILES, effect=Effect.READ, args={"path": "a.txt"}
     )
 
-    services.turns_recover()
+    turns_recover()
     drain()
 
     turn.refresh_from_db()
@@ -150,7 +158,7 @@ def test_a_write_step_that_was_cut_off_is_not_run_again_and_the_reply_is_interru
         args={"path": "a.txt", "content": "after\n"},
     )
 
-    [recovered] = services.turns_recover()
+    [recovered] = turns_recover()
     drain()
 
     assert states_at_recovery == [(TurnState.RECOVERY_PENDING, Status.WORKING)]
@@ -175,7 +183,7 @@ def test_a_worker_among_others_recovers_only_replies_whose_lease_ran_out(scripte
     dead = claimed_by_a_dead_worker(scripted_chat([{"say": "b"}], title="Dead"), 0)
     Turn.objects.filter(pk=dead.pk).update(lease_until=timezone.now() - timezone.timedelta(1))
 
-    recovered = services.turns_recover(orphaned_only=True)
+    recovered = turns_recover(orphaned_only=True)
 
     assert [t.pk for t in recovered] == [dead.pk]
     live.refresh_from_db()
@@ -186,10 +194,10 @@ def test_recovery_leaves_a_reply_waiting_for_the_persons_ok_alone(scripted_chat,
     chat = scripted_chat(
         [{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}], mode="ask"
     )
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
 
-    assert services.turns_recover() == []
+    assert turns_recover() == []
     turn = chat.turns.get()
     assert turn.state == TurnState.NEEDS_YOU
     assert turn.pending_action["tool"] == "write_file"
@@ -207,8 +215,9 @@ _DOOMED_WORKER = textwrap.dedent(
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from chats.models import Agent
-    from chats.runtime import services
+    from chats.runtime.chats import conversation_create
     from chats.runtime.runner import drain
+    from chats.runtime.turns import message_send
 
     call_command("migrate", verbosity=0)
     folder = os.environ["CRASH_FOLDER"]
@@ -218,13 +227,13 @@ _DOOMED_WORKER = textwrap.dedent(
         "echo run >> runs.log; echo ready > ready.fifo; "
         f"sleep {os.environ['CRASH_MARKER']}; echo late > proof.txt"
     )
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Crash",
         folder=folder,
         script=[[{"tool": "run_command", "args": {"command": command}}, {"say": "After."}]],
     )
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain(worker="doomed-worker")
     """
 )
@@ -235,7 +244,7 @@ _RESTARTED_SERVER = textwrap.dedent(
     import django
     django.setup()
     from chats.models import Conversation, Step, Turn
-    from chats.runtime import services
+    from chats.runtime.claims import turns_recover
     from chats.runtime.runner import drain
 
     turn = Turn.objects.get()
@@ -247,7 +256,7 @@ _RESTARTED_SERVER = textwrap.dedent(
             for s in Step.objects.filter(turn=turn, ended_at__isnull=True)
         ],
     }
-    recovered = [t.state for t in services.turns_recover()]
+    recovered = [t.state for t in turns_recover()]
     drain(worker="fresh-worker")
     turn.refresh_from_db()
     chat = Conversation.objects.get()
@@ -350,9 +359,7 @@ def test_a_worker_killed_during_a_command_leaves_a_reply_that_is_interrupted_not
     [(tool, error, ended)] = seen["steps"]
     assert (tool, ended) == ("run_command", True)
     assert error == (
-        services.ERR_COMMAND_ENDED_AFTER_RESTART
-        if mode == "off"
-        else services.ERR_COMMAND_GONE_AT_RESTART
+        ERR_COMMAND_ENDED_AFTER_RESTART if mode == "off" else ERR_COMMAND_GONE_AT_RESTART
     )
     assert "not run again" in error
     assert (folder / "runs.log").read_text() == "run\n"  # it ran once, and only once

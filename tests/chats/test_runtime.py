@@ -25,10 +25,19 @@ from chats.models import (
     Turn,
     TurnState,
 )
-from chats.runtime import services
+from chats.runtime.chats import ConchError
+from chats.runtime.claims import turn_claim
 from chats.runtime.runner import Runner, drain
 from chats.runtime.selectors import chats_snapshot
-from chats.runtime.services import ERR_NOTHING_TO_APPROVE, ConchError
+from chats.runtime.stepping import turn_advance
+from chats.runtime.turns import (
+    ERR_NOTHING_TO_APPROVE,
+    conversation_stop,
+    message_send,
+    task_start,
+    turn_approve,
+    turn_deny,
+)
 from chats.tools import registry
 from chats.tools.registry import (
     EDITING_FILES,
@@ -52,7 +61,7 @@ def tool(name, **args):
 
 def play(chat, text="go"):
     """The person's message, and the reply run to its end; the reply, fresh from the database."""
-    turn = services.message_send(conversation=chat, text=text)
+    turn = message_send(conversation=chat, text=text)
     drain()
     turn.refresh_from_db()
     return turn
@@ -73,7 +82,7 @@ def status_events(seen, chat):
 def test_a_persons_message_starts_a_reply(scripted_chat):
     chat = scripted_chat([say("Hello.")])
 
-    turn = services.message_send(conversation=chat, text="Hi there")
+    turn = message_send(conversation=chat, text="Hi there")
 
     assert isinstance(turn, Turn)
     assert turn.number == 1
@@ -91,7 +100,7 @@ def test_an_empty_message_is_refused_and_starts_nothing(scripted_chat):
     chat = scripted_chat([say("Hello.")])
 
     with pytest.raises(ConchError, match="needs some words"):
-        services.message_send(conversation=chat, text="   ")
+        message_send(conversation=chat, text="   ")
 
     assert not chat.turns.exists()
 
@@ -206,7 +215,7 @@ def test_an_event_from_a_write_that_rolled_back_never_goes_out(scripted_chat, pu
     published.clear()
 
     with pytest.raises(RuntimeError), transaction.atomic():
-        services.message_send(conversation=chat, text="go")
+        message_send(conversation=chat, text="go")
         assert published == []
         raise RuntimeError("the request failed after the write")
 
@@ -214,7 +223,7 @@ def test_an_event_from_a_write_that_rolled_back_never_goes_out(scripted_chat, pu
     assert not chat.turns.exists()
 
     with transaction.atomic():
-        services.message_send(conversation=chat, text="go")
+        message_send(conversation=chat, text="go")
         assert published == []
     assert [e.type for e in published] == [events.STATUS, events.TURN_RUNNABLE]
 
@@ -230,13 +239,13 @@ def test_stopping_a_running_reply_ends_it_stopped_and_the_runner_does_nothing_mo
     chat = scripted_chat(
         [tool("read_file", path="a.txt"), tool("write_file", path="b.txt", content="b"), say("x")]
     )
-    turn = services.message_send(conversation=chat, text="go")
-    assert services.turn_claim(worker="runner-1", limit=1) == [turn.pk]
-    assert services.turn_advance(turn_id=turn.pk, worker="runner-1").more
+    turn = message_send(conversation=chat, text="go")
+    assert turn_claim(worker="runner-1", limit=1) == [turn.pk]
+    assert turn_advance(turn_id=turn.pk, worker="runner-1").more
     published.clear()
 
     with django_capture_on_commit_callbacks(execute=True):
-        stopped = services.conversation_stop(conversation=chat, by="person")
+        stopped = conversation_stop(conversation=chat, by="person")
 
     assert stopped.pk == turn.pk
     turn.refresh_from_db()
@@ -248,7 +257,7 @@ def test_stopping_a_running_reply_ends_it_stopped_and_the_runner_does_nothing_mo
     [event] = status_events(published, chat)
     assert (event.data["status"], event.data["ended"]) == (Status.STOPPED, TurnState.STOPPED)
 
-    advance = services.turn_advance(turn_id=turn.pk, worker="runner-1")
+    advance = turn_advance(turn_id=turn.pk, worker="runner-1")
     Runner(name="runner-1").drive(turn.pk)
     drain()
 
@@ -262,7 +271,7 @@ def test_stopping_a_chat_with_nothing_running_does_nothing(scripted_chat):
     chat = scripted_chat([say("Hi.")])
     play(chat)
 
-    assert services.conversation_stop(conversation=chat) is None
+    assert conversation_stop(conversation=chat) is None
     chat.refresh_from_db()
     assert chat.status == Status.IDLE
 
@@ -272,7 +281,7 @@ def stop_midway(workspace):
     """A tool that writes a file and, while it runs, the person presses Stop."""
 
     def run(ctx, args):
-        services.conversation_stop(conversation=ctx.conversation)
+        conversation_stop(conversation=ctx.conversation)
         target = os.path.realpath(os.path.join(ctx.folder, "midway.txt"))
         with open(target, "w") as fh:
             fh.write("written while stopping\n")
@@ -361,7 +370,7 @@ def test_approving_runs_the_waiting_write_and_the_reply_carries_on(scripted_chat
     )
     turn = play(chat)
 
-    approved = services.turn_approve(turn=turn)
+    approved = turn_approve(turn=turn)
     chat.refresh_from_db()
     assert approved.state == TurnState.RUNNING
     assert chat.status == Status.WORKING
@@ -386,7 +395,7 @@ def test_denying_records_a_refused_step_and_leaves_the_file_alone(scripted_chat,
     )
     turn = play(chat)
 
-    services.turn_deny(turn=turn)
+    turn_deny(turn=turn)
     drain()
 
     turn.refresh_from_db()
@@ -401,27 +410,27 @@ def test_denying_records_a_refused_step_and_leaves_the_file_alone(scripted_chat,
 
 def test_approving_a_reply_that_is_not_waiting_is_refused(scripted_chat, workspace):
     chat = scripted_chat([tool("list_files"), say("Looked.")], mode=Mode.ASK)
-    running = services.message_send(conversation=chat, text="go")
+    running = message_send(conversation=chat, text="go")
 
     with pytest.raises(ConchError, match=ERR_NOTHING_TO_APPROVE):
-        services.turn_approve(turn=running)
+        turn_approve(turn=running)
     with pytest.raises(ConchError, match=ERR_NOTHING_TO_APPROVE):
-        services.turn_deny(turn=running)
+        turn_deny(turn=running)
 
     drain()
     running.refresh_from_db()
     assert running.state == TurnState.COMPLETED
     with pytest.raises(ConchError, match=ERR_NOTHING_TO_APPROVE):
-        services.turn_approve(turn=running)
+        turn_approve(turn=running)
 
 
 def test_a_stopped_request_cannot_be_approved_afterwards(scripted_chat, workspace):
     chat = scripted_chat([tool("write_file", path="a.txt", content="x")], mode=Mode.ASK)
     turn = play(chat)
-    services.conversation_stop(conversation=chat)
+    conversation_stop(conversation=chat)
 
     with pytest.raises(ConchError, match=ERR_NOTHING_TO_APPROVE):
-        services.turn_approve(turn=turn)
+        turn_approve(turn=turn)
     drain()
 
     assert not (workspace / "a.txt").exists()
@@ -470,9 +479,9 @@ def test_a_write_in_plan_mode_is_refused_and_nothing_is_written(scripted_chat, w
 @pytest.mark.django_db(transaction=True)
 def test_a_message_during_a_reply_is_queued_and_starts_the_next_reply(scripted_chat):
     chat = scripted_chat([say("First answer.")], [say("Second answer.")])
-    first = services.message_send(conversation=chat, text="first")
+    first = message_send(conversation=chat, text="first")
 
-    queued = services.message_send(conversation=chat, text="second")
+    queued = message_send(conversation=chat, text="second")
 
     assert isinstance(queued, QueuedInput)
     assert chat.turns.count() == 1
@@ -496,9 +505,9 @@ def test_a_message_during_a_reply_is_queued_and_starts_the_next_reply(scripted_c
 @pytest.mark.django_db(transaction=True)
 def test_several_messages_queued_during_a_reply_start_one_reply_in_the_order_sent(scripted_chat):
     chat = scripted_chat([say("One.")], [say("Two.")])
-    services.message_send(conversation=chat, text="first")
-    services.message_send(conversation=chat, text="second")
-    services.message_send(conversation=chat, text="third")
+    message_send(conversation=chat, text="first")
+    message_send(conversation=chat, text="second")
+    message_send(conversation=chat, text="third")
 
     drain()
 
@@ -512,10 +521,10 @@ def test_a_message_queued_before_a_stop_is_kept_and_taken_by_the_persons_next_me
     scripted_chat,
 ):
     chat = scripted_chat([tool("list_files"), say("One.")], [say("Two.")])
-    services.message_send(conversation=chat, text="first")
-    queued = services.message_send(conversation=chat, text="also this")
+    message_send(conversation=chat, text="first")
+    queued = message_send(conversation=chat, text="also this")
 
-    services.conversation_stop(conversation=chat)
+    conversation_stop(conversation=chat)
     drain()
 
     queued.refresh_from_db()
@@ -524,7 +533,7 @@ def test_a_message_queued_before_a_stop_is_kept_and_taken_by_the_persons_next_me
     chat.refresh_from_db()
     assert chat.status == Status.STOPPED
 
-    second = services.message_send(conversation=chat, text="now go on")
+    second = message_send(conversation=chat, text="now go on")
 
     queued.refresh_from_db()
     assert queued.taken_at is not None
@@ -541,10 +550,10 @@ def test_a_message_while_a_write_waits_for_the_persons_ok_is_queued(scripted_cha
     )
     turn = play(chat)
 
-    queued = services.message_send(conversation=chat, text="and then this")
+    queued = message_send(conversation=chat, text="and then this")
 
     assert isinstance(queued, QueuedInput)
-    services.turn_approve(turn=turn)
+    turn_approve(turn=turn)
     drain()
     assert (workspace / "a.txt").read_text() == "x"
     assert chat.turns.get(number=2).entries.get(role=EntryRole.PERSON).text == "and then this"
@@ -566,7 +575,7 @@ def test_a_question_ends_the_reply_needing_you_and_the_answer_starts_the_next(sc
     question = chat.entries.get(role=EntryRole.ASSISTANT)
     assert (question.text, question.data) == ("Which file should I fix?", {"question": True})
     with pytest.raises(ConchError, match=ERR_NOTHING_TO_APPROVE):
-        services.turn_approve(turn=asked)
+        turn_approve(turn=asked)
 
     answered = play(chat, "a.txt")
 
@@ -591,7 +600,7 @@ def test_a_task_runs_as_a_chat_of_its_own_on_the_subagent_lane(scripted_chat):
     parent = scripted_chat([say("Started a task.")])
     play(parent)
 
-    task = services.task_start(
+    task = task_start(
         parent=parent, title="Read the logs", prompt="Find the error.", script=[[say("Found it.")]]
     )
 
@@ -608,7 +617,7 @@ def test_a_task_runs_as_a_chat_of_its_own_on_the_subagent_lane(scripted_chat):
 
 def test_a_done_tasks_result_is_its_last_assistant_message(scripted_chat):
     parent = scripted_chat()
-    task = services.task_start(
+    task = task_start(
         parent=parent,
         title="Count",
         script=[[say("Counting…"), tool("list_files"), say("There are 3 files.")]],
@@ -625,7 +634,7 @@ def test_a_done_tasks_result_is_its_last_assistant_message(scripted_chat):
 def test_a_task_in_a_planning_chat_asks_before_it_writes(scripted_chat):
     parent = scripted_chat(mode=Mode.PLAN)
 
-    task = services.task_start(parent=parent, title="Try", script=[[say("ok")]])
+    task = task_start(parent=parent, title="Try", script=[[say("ok")]])
 
     assert task.chat.mode == Mode.ASK
 
@@ -636,9 +645,9 @@ def test_with_one_subagent_slot_a_second_task_waits_for_room_and_starts_when_the
 ):
     settings.CONCH_SUBAGENT_LANE = 1
     parent = scripted_chat()
-    first = services.task_start(parent=parent, title="First", script=[[say("First done.")]])
+    first = task_start(parent=parent, title="First", script=[[say("First done.")]])
 
-    second = services.task_start(parent=parent, title="Second", script=[[say("Second done.")]])
+    second = task_start(parent=parent, title="Second", script=[[say("Second done.")]])
 
     assert first.state == TaskState.RUNNING
     assert second.state == TaskState.WAITING_FOR_ROOM
@@ -646,9 +655,9 @@ def test_with_one_subagent_slot_a_second_task_waits_for_room_and_starts_when_the
     assert not second.chat.turns.exists()
 
     # Play only the first task's reply; the second starts as the first ends.
-    [claimed] = services.turn_claim(worker="w", limit=5)
+    [claimed] = turn_claim(worker="w", limit=5)
     assert claimed == first.chat.turns.get().pk
-    while services.turn_advance(turn_id=claimed, worker="w").more:
+    while turn_advance(turn_id=claimed, worker="w").more:
         pass
 
     first.refresh_from_db()
@@ -665,11 +674,11 @@ def test_with_one_subagent_slot_a_second_task_waits_for_room_and_starts_when_the
 def test_a_task_whose_chat_is_busy_does_not_hold_up_the_other_tasks(scripted_chat, settings):
     settings.CONCH_SUBAGENT_LANE = 1
     parent = scripted_chat()
-    first = services.task_start(parent=parent, title="First", script=[[say("1")]])
-    second = services.task_start(parent=parent, title="Second", script=[[say("hi")], [say("2")]])
-    third = services.task_start(parent=parent, title="Third", script=[[say("3")]])
+    first = task_start(parent=parent, title="First", script=[[say("1")]])
+    second = task_start(parent=parent, title="Second", script=[[say("hi")], [say("2")]])
+    third = task_start(parent=parent, title="Third", script=[[say("3")]])
     # The person opens the second task's chat and talks to it while it waits for room.
-    services.message_send(conversation=second.chat, text="are you there?")
+    message_send(conversation=second.chat, text="are you there?")
 
     drain()
 
@@ -728,9 +737,9 @@ def test_the_snapshot_shows_the_running_replys_folder_family_and_files(
 ):
     chat = scripted_chat([tool("write_file", path="a.txt", content="a"), tool("list_files")])
     idle = scripted_chat(title="Idle")
-    turn = services.message_send(conversation=chat, text="go")
-    services.turn_claim(worker="w", limit=1)
-    services.turn_advance(turn_id=turn.pk, worker="w")
+    turn = message_send(conversation=chat, text="go")
+    turn_claim(worker="w", limit=1)
+    turn_advance(turn_id=turn.pk, worker="w")
     # As if the next step had begun: the family is set while a step runs.
     Turn.objects.filter(pk=turn.pk).update(step_family=READING_FILES)
 
@@ -747,7 +756,7 @@ def test_the_snapshot_shows_the_running_replys_folder_family_and_files(
 
 def test_the_snapshot_never_shows_another_owners_chats(scripted_chat, second_owner, owner):
     scripted_chat([say("hi")])
-    services.message_send(conversation=Conversation.objects.get(), text="go")
+    message_send(conversation=Conversation.objects.get(), text="go")
     stranger = get_user_model().objects.get(pk=second_owner.pk)
 
     assert chats_snapshot(owner_id=stranger.pk) == []
@@ -767,7 +776,6 @@ def test_steps_and_entries_of_a_reply_belong_to_it(scripted_chat):
 
 def test_a_steps_stored_arguments_have_keys_and_passwords_taken_out(scripted_chat):
     from chats.models import Step
-    from chats.runtime import services
     from chats.runtime.runner import drain
 
     chat = scripted_chat(
@@ -781,7 +789,7 @@ def test_a_steps_stored_arguments_have_keys_and_passwords_taken_out(scripted_cha
             }
         ]
     )
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
     step = Step.objects.get(turn__conversation=chat)
     assert "sk-live-ABCDEFGHIJKLMNOPQRSTUV" not in step.args["content"]

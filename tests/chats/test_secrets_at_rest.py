@@ -186,8 +186,8 @@ def test_the_admin_shows_an_unreadable_secret_and_saving_the_form_keeps_it(
     for url in (
         reverse("admin:chats_authprofile_changelist"),
         reverse("admin:chats_authprofile_change", args=[profile.pk]),
-        reverse("admin:chats_channelaccount_changelist"),
-        reverse("admin:chats_channelaccount_change", args=[account.pk]),
+        reverse("admin:gateway_channelaccount_changelist"),
+        reverse("admin:gateway_channelaccount_change", args=[account.pk]),
         reverse("admin:chats_agent_change", args=[agent.pk]),
     ):
         page = client.get(url)

@@ -1,11 +1,12 @@
 from chats.models import Status, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
+from chats.runtime.turns import message_send
 
 
 def test_a_scripted_reply_edits_a_file(owner, agent, workspace):
     (workspace / "a.txt").write_text("hello\n")
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Fix",
         folder=str(workspace),
@@ -16,7 +17,7 @@ def test_a_scripted_reply_edits_a_file(owner, agent, workspace):
             ]
         ],
     )
-    turn = services.message_send(conversation=chat, text="go")
+    turn = message_send(conversation=chat, text="go")
     drain()
     turn.refresh_from_db()
     chat.refresh_from_db()

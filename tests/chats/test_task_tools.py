@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from chats.models import Step, TaskState, Turn
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
-from chats.runtime.services import system_text_for
+from chats.runtime.stepping import system_text_for, turn_advance
+from chats.runtime.turns import message_send, task_start
 
 
 def _status(chat):
@@ -18,11 +19,9 @@ def _status(chat):
 
 def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, settings):
     settings.CONCH_SUBAGENT_LANE = 1
-    other = services.conversation_create(owner=owner, title="Other", folder=str(workspace))
-    services.task_start(
-        parent=other, title="Someone else's", script=[[{"tool": "list_files", "args": {}}]]
-    )
-    chat = services.conversation_create(
+    other = conversation_create(owner=owner, title="Other", folder=str(workspace))
+    task_start(parent=other, title="Someone else's", script=[[{"tool": "list_files", "args": {}}]])
+    chat = conversation_create(
         owner=owner,
         title="Mine",
         folder=str(workspace),
@@ -36,12 +35,12 @@ def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, setting
             ]
         ],
     )
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     # Play only the parent's reply, so the tasks are still where they were.
     turn = Turn.objects.get(conversation=chat)
     Turn.objects.filter(pk=turn.pk).update(claimed_by="t")
-    services.turn_advance(turn_id=turn.pk, worker="t", honour_delays=False)
-    services.turn_advance(turn_id=turn.pk, worker="t", honour_delays=False)
+    turn_advance(turn_id=turn.pk, worker="t", honour_delays=False)
+    turn_advance(turn_id=turn.pk, worker="t", honour_delays=False)
     answer = _status(chat)
     assert set(answer) == {"capacity", "tasks"}
     assert answer["capacity"]["at_once"] == 1
@@ -53,7 +52,7 @@ def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, setting
 
 
 def test_the_tasks_prompt_says_to_wait_for_a_task_instead_of_checking(owner, agent, workspace):
-    chat = services.conversation_create(owner=owner, title="Mine", folder=str(workspace))
+    chat = conversation_create(owner=owner, title="Mine", folder=str(workspace))
     text = system_text_for(chat)
     assert "To carry on once a task is done, wait for it" in text
     from chats.tools.registry import get_tool
@@ -65,7 +64,7 @@ def test_the_tasks_prompt_says_to_wait_for_a_task_instead_of_checking(owner, age
 
 
 def test_a_bad_task_script_is_a_clear_tool_error(owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Mine",
         folder=str(workspace),
@@ -78,7 +77,7 @@ def test_a_bad_task_script_is_a_clear_tool_error(owner, agent, workspace):
             ]
         ],
     )
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     drain()
     step = Step.objects.get(tool="start_background_task")
     assert "There is no tool called 'nope'." in step.error

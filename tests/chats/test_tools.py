@@ -11,9 +11,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from chats.models import TurnState
-from chats.runtime import services
 from chats.runtime.runner import drain
-from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
+from chats.runtime.turns import message_send
+from chats.tools.registry import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    UnknownTool,
+    get_tool,
+    register,
+    validate_args,
+)
 from chats.tools.workspace import READ_LIMIT, confine
 from tests.commands import PYTHON
 from tests.factories import ConversationFactory, TurnFactory
@@ -48,7 +57,7 @@ def run(name, ctx, **args):
 
 
 def play(chat, text="go"):
-    turn = services.message_send(conversation=chat, text=text)
+    turn = message_send(conversation=chat, text=text)
     drain()
     turn.refresh_from_db()
     return turn
@@ -413,3 +422,18 @@ def test_reading_a_big_file_gives_its_start_and_says_where_it_was_cut(ctx, works
     text = run("read_file", ctx, path="big.txt").text
 
     assert text == "a" * READ_LIMIT + f"\n… (cut at {READ_LIMIT} bytes)"
+
+
+def test_a_tool_whose_family_no_app_added_is_refused():
+    juggling = Tool(
+        name="juggle",
+        description="Test tool with a family nobody added.",
+        schema={"type": "object", "properties": {}},
+        family="juggling",
+        effect="read",
+        run=lambda ctx, args: ToolResult("juggled"),
+    )
+    with pytest.raises(ValueError, match="its family 'juggling' is not registered"):
+        register(juggling)
+    with pytest.raises(UnknownTool):
+        get_tool("juggle")

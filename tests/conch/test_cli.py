@@ -21,7 +21,7 @@ import pytest
 from django.core.management import call_command
 
 from chats.management.commands import serve
-from chats.runtime.services import ERR_COMMAND_SHUTDOWN, ERR_COMMAND_STOPPED
+from chats.runtime.turns import ERR_COMMAND_SHUTDOWN, ERR_COMMAND_STOPPED
 from chats.signin import signin_token_redeem
 from conch.static import StaticFiles
 from tests.commands import (
@@ -42,16 +42,17 @@ SEED = """
 import os
 from django.core.management import call_command
 from django.contrib.auth import get_user_model
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
+from chats.runtime.turns import message_send
 
 call_command("migrate", interactive=False, verbosity=0)
 folder = os.environ["SEED_FOLDER"]
 owner = get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True)
-chat = services.conversation_create(owner=owner, title="Proof", folder=folder, script=[[
+chat = conversation_create(owner=owner, title="Proof", folder=folder, script=[[
     {"tool": "write_file", "args": {"path": "proof.txt", "content": "ran"}},
     {"say": "Done."},
 ]])
-services.message_send(conversation=chat, text="go")
+message_send(conversation=chat, text="go")
 """
 
 
@@ -286,23 +287,24 @@ LONG_COMMAND_SEED = """
 import os
 from django.core.management import call_command
 from django.contrib.auth import get_user_model
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
+from chats.runtime.turns import message_send
 
 call_command("migrate", interactive=False, verbosity=0)
 folder = os.environ["SEED_FOLDER"]
 command = f"echo ready > ready.fifo; sleep {os.environ['SEED_MARKER']}; echo late > proof.txt"
 owner = get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True)
-chat = services.conversation_create(owner=owner, title="Long", folder=folder, script=[[
+chat = conversation_create(owner=owner, title="Long", folder=folder, script=[[
     {"tool": "run_command", "args": {"command": command}},
     {"say": "After."},
 ]])
-services.message_send(conversation=chat, text="go")
+message_send(conversation=chat, text="go")
 """
 
 STOP_FROM_ANOTHER_PROCESS = """
 from chats.models import Conversation
-from chats.runtime import services
-services.conversation_stop(conversation=Conversation.objects.get())
+from chats.runtime.turns import conversation_stop
+conversation_stop(conversation=Conversation.objects.get())
 """
 
 

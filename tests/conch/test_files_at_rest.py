@@ -171,9 +171,14 @@ def test_a_copy_of_the_database_file_alone_reveals_no_key_or_token(tmp_path, env
 
 def raw_secrets(home: Path) -> list[str]:
     with sqlite3.connect(home / "conch.sqlite3") as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+        # Bot accounts are the gateway app's own table from gateway.0001 on; the chats app's before.
+        accounts = "gateway_channelaccount"
+        if accounts not in tables:
+            accounts = "chats_channelaccount"
         return [
             row[0]
-            for table in ("chats_authprofile", "chats_channelaccount")
+            for table in ("chats_authprofile", accounts)
             for row in db.execute(f"SELECT secret FROM {table}")  # noqa: S608 - our table names
         ]
 

@@ -6,7 +6,7 @@ import pytest
 
 from chats.engines import openai_compat
 from chats.models import AuthProfile
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from tests.engines.fake_openai import FakeOpenAI
 from tests.factories import AgentFactory
 
@@ -66,7 +66,7 @@ def model_agent(agent, fake):
 @pytest.fixture
 def model_chat(owner, model_agent, workspace):
     def make(title="Fix the README", **kwargs):
-        return services.conversation_create(
+        return conversation_create(
             owner=owner, title=title, folder=str(workspace), agent=model_agent, **kwargs
         )
 

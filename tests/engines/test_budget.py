@@ -6,8 +6,10 @@ import pytest
 
 from chats.engines import openai_compat as oc
 from chats.models import Conversation, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
+from chats.runtime.stepping import system_text_for
+from chats.runtime.turns import message_send
 from chats.summarize import SummaryLine, summarize
 from tests.engines.conftest import use_model
 from tests.engines.fake_openai import Status, Text
@@ -23,14 +25,14 @@ def question(n: int) -> str:
 def long_chat(owner, agent, model_agent, fake, workspace):
     """Ten replies played by a script, then the chat handed to the model persona,
     whose context (4000 tokens) holds only the last few of them."""
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Long",
         folder=str(workspace),
         script=[[{"say": f"Answer {n}."}] for n in range(10)],
     )
     for n in range(10):
-        services.message_send(conversation=chat, text=question(n))
+        message_send(conversation=chat, text=question(n))
         drain()
     use_model(model_agent, fake.base_url, context_tokens=4_000)
     Conversation.objects.filter(pk=chat.pk).update(agent=model_agent)
@@ -39,7 +41,7 @@ def long_chat(owner, agent, model_agent, fake, workspace):
 
 
 def ask(chat, text):
-    turn = services.message_send(conversation=chat, text=text)
+    turn = message_send(conversation=chat, text=text)
     drain()
     turn.refresh_from_db()
     return turn
@@ -63,7 +65,7 @@ def test_the_oldest_replies_become_a_recap_and_the_recent_ones_are_kept(long_cha
     assert question(0) not in sent and question(7) not in sent
     assert question(8) in sent and question(9) in sent  # the recent replies, word for word
     assert request.messages[-1] == {"role": "user", "content": "Question 10"}
-    assert request.system == services.system_text_for(long_chat)  # the recap is not in it
+    assert request.system == system_text_for(long_chat)  # the recap is not in it
     budget = oc.ModelConfig.of(long_chat.agent)
     tools = len(repr(request.body["tools"])) // oc.CHARS_PER_TOKEN
     assert oc.estimate_tokens(request.messages) + tools + budget.reserve_tokens <= 4_000

@@ -8,8 +8,9 @@ import pytest
 
 from chats import events
 from chats.models import Entry, EntryRole, Status, Step, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
+from chats.runtime.turns import conversation_stop, message_send
 from chats.tools.registry import tools_offered
 from tests.engines.conftest import MAIN_KEY, OTHER_KEY
 from tests.engines.fake_openai import Text, calls
@@ -23,7 +24,7 @@ def test_a_reply_calls_list_chats_then_edit_file_then_answers(model_chat, fake, 
         Text("Fixed the typo in README.md."),
     )
     chat = model_chat()
-    turn = services.message_send(conversation=chat, text="Fix the typo in the README")
+    turn = message_send(conversation=chat, text="Fix the typo in the README")
     drain()
 
     turn.refresh_from_db()
@@ -69,7 +70,7 @@ def test_words_before_a_tool_call_are_said_then_the_call_is_played(model_chat, f
         Text("It says one."),
     )
     chat = model_chat()
-    turn = services.message_send(conversation=chat, text="What does notes.txt say?")
+    turn = message_send(conversation=chat, text="What does notes.txt say?")
     drain()
 
     words = list(chat.entries.filter(role=EntryRole.ASSISTANT).values_list("text", flat=True))
@@ -88,7 +89,7 @@ def test_several_calls_in_one_answer_are_played_in_order(model_chat, fake, works
         Text("Both read."),
     )
     chat = model_chat()
-    turn = services.message_send(conversation=chat, text="Read both")
+    turn = message_send(conversation=chat, text="Read both")
     drain()
 
     assert [s.args["path"] for s in turn.steps.order_by("number")] == ["a.txt", "b.txt"]
@@ -101,7 +102,7 @@ def test_the_key_is_the_personas_own_sent_as_the_bearer_token(model_chat, fake, 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment-000000")
     fake.play(Text("Hi."))
     chat = model_chat()
-    services.message_send(conversation=chat, text="hello")
+    message_send(conversation=chat, text="hello")
     drain()
 
     [request] = fake.completions
@@ -118,10 +119,8 @@ def test_another_persona_on_the_same_endpoint_sends_its_own_key(
 
     other = Agent.objects.get(slug="other")
     fake.play(Text("Hi from the other persona."))
-    chat = services.conversation_create(
-        owner=owner, title="Other", folder=str(workspace), agent=other
-    )
-    services.message_send(conversation=chat, text="hello")
+    chat = conversation_create(owner=owner, title="Other", folder=str(workspace), agent=other)
+    message_send(conversation=chat, text="hello")
     drain()
 
     [request] = fake.completions
@@ -136,7 +135,7 @@ def test_a_persona_without_a_key_never_sends_one_from_the_environment(
     model_agent.engine_config = {**model_agent.engine_config, "auth_profile": ""}
     model_agent.save()
     fake.play(Text("Hi."))
-    services.message_send(conversation=model_chat(), text="hello")
+    message_send(conversation=model_chat(), text="hello")
     drain()
 
     [request] = fake.completions
@@ -147,7 +146,7 @@ def test_a_persona_without_a_key_never_sends_one_from_the_environment(
 def test_words_stream_into_the_page_as_the_model_writes_them(model_chat, fake, published):
     fake.play(Text("Hello <b>there</b>, friend", pieces=4))
     chat = model_chat()
-    services.message_send(conversation=chat, text="hi")
+    message_send(conversation=chat, text="hi")
     drain()
 
     live = [e for e in published if e.type == events.REPLY_TEXT]
@@ -167,14 +166,14 @@ def test_words_stream_into_the_page_as_the_model_writes_them(model_chat, fake, p
 def test_stopping_a_reply_stops_the_model_mid_answer(model_chat, fake):
     fake.play(Text("one two three four five six", pieces=6))
     chat = model_chat()
-    turn = services.message_send(conversation=chat, text="count")
+    turn = message_send(conversation=chat, text="count")
     seen: list[str] = []
 
     def stop_on_first_words(event):
         if event.type == events.REPLY_TEXT:
             seen.append(event.data["text"])
             if len(seen) == 1:
-                services.conversation_stop(conversation=chat)
+                conversation_stop(conversation=chat)
 
     unsubscribe = events.subscribe(stop_on_first_words)
     try:

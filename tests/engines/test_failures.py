@@ -10,15 +10,15 @@ import pytest
 
 from chats.engines import openai_compat as oc
 from chats.models import EntryRole, Status, Step, TurnState
-from chats.runtime import services
 from chats.runtime.runner import drain
+from chats.runtime.turns import message_send
 from tests.engines.conftest import MAIN_KEY, use_model
 from tests.engines.fake_openai import Cut, Drop, Text, calls, closed_port_url
 from tests.engines.fake_openai import Status as HttpStatus
 
 
 def run(chat, text="Fix the typo"):
-    turn = services.message_send(conversation=chat, text=text)
+    turn = message_send(conversation=chat, text=text)
     drain()
     turn.refresh_from_db()
     chat.refresh_from_db()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from chats import events, regions
-from chats.runtime import services
 from chats.runtime.runner import drain
+from chats.runtime.turns import message_send
 from tests.engines.fake_openai import Text
 
 
@@ -16,7 +16,7 @@ def test_the_tab_showing_the_chat_gets_the_live_words_in_the_running_reply_escap
 ):
     fake.play(Text("Hello <b>there</b>, friend", pieces=4))
     chat = model_chat()
-    services.message_send(conversation=chat, text="hi")
+    message_send(conversation=chat, text="hi")
     drain()
     live = [e for e in published if e.type == events.REPLY_TEXT]
     assert len(live) >= 2
@@ -44,7 +44,7 @@ def test_the_tab_showing_the_chat_gets_the_live_words_in_the_running_reply_escap
 
 def test_a_running_reply_has_an_empty_slot_its_live_words_go_into(model_chat):
     chat = model_chat()
-    services.message_send(conversation=chat, text="hi")  # not run yet: it is running
+    message_send(conversation=chat, text="hi")  # not run yet: it is running
     page = regions.render_region("transcript", regions.chat_context(conversation=chat))
     slot = page.split('id="reply-1-text"', 1)[1].split(">", 1)[0]
     assert "hidden" in slot and "hx-swap-oob" not in slot

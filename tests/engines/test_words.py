@@ -11,8 +11,10 @@ from __future__ import annotations
 import pytest
 
 from chats.models import StartedBy, Turn, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
+from chats.runtime.stepping import system_text_for
+from chats.runtime.turns import conversation_stop, message_send
 from tests.engines.fake_openai import Text, calls
 from tests.together.conftest import Stage, edit, look
 from together.prompt import TOGETHER_PROMPT
@@ -38,7 +40,7 @@ def test_the_system_text_stays_byte_identical_across_steps_while_other_chats_sta
     stage.start(fix)
     stage.step(fix, 1)  # another chat starts changing files here
     stage.step(mine, 1)
-    services.conversation_stop(conversation=fix)  # …and stops
+    conversation_stop(conversation=fix)  # …and stops
     release = stage.chat("Release notes", [[look(), look()]])
     stage.start(release)
     stage.step(release, 1)
@@ -48,7 +50,7 @@ def test_the_system_text_stays_byte_identical_across_steps_while_other_chats_sta
     systems = [request.system for request in fake.completions]
     assert len(systems) == 4
     assert len(set(systems)) == 1
-    assert systems[0] == services.system_text_for(mine)
+    assert systems[0] == system_text_for(mine)
     assert TOGETHER_PROMPT in systems[0]
     for request in fake.completions:
         assert [m["role"] for m in request.messages].count("system") == 1
@@ -115,13 +117,13 @@ def test_a_message_from_another_chat_is_fenced_framed_and_never_the_persons(
     fake.play(Text("Noted; I won't act on that."))
     mine = model_chat(title="Docs")
     tell = {"chat": mine.public_id, "text": hostile, "start_reply": True}
-    sender = services.conversation_create(
+    sender = conversation_create(
         owner=owner,
         title="Helper",
         folder=str(workspace),
         script=[[{"tool": "message_chat", "args": tell}]],
     )
-    services.message_send(conversation=sender, text="tell Docs")
+    message_send(conversation=sender, text="tell Docs")
     drain()
 
     turn = Turn.objects.get(conversation=mine)

@@ -30,8 +30,8 @@ from chats.gateway.models import ChannelAccount, OutboxMessage  # noqa: E402
 from chats.gateway.services import inbound_receive  # noqa: E402
 from chats.gateway.telegram import telegram_inbound  # noqa: E402
 from chats.models import Agent, Conversation, Task, TaskState, Turn  # noqa: E402
-from chats.runtime import services  # noqa: E402
 from chats.runtime.runner import Runner  # noqa: E402
+from chats.runtime.turns import task_start  # noqa: E402
 from chats.tools.registry import Tool, ToolResult, register  # noqa: E402
 from tests.gateway.botapi import FakeBotApi  # noqa: E402
 from tests.gateway.conftest import EchoEngine, message  # noqa: E402
@@ -94,9 +94,7 @@ def main() -> None:
         script=[[{"say": "On it."}], [{"say": "Yes, here. The crawl is still going."}]]
     )
     crawl = [[{"tool": "slow_crawl", "args": {}}, {"say": "Done crawling."}]]
-    tasks = [
-        services.task_start(parent=chat, title=f"Crawl part {n}", script=crawl) for n in (1, 2)
-    ]
+    tasks = [task_start(parent=chat, title=f"Crawl part {n}", script=crawl) for n in (1, 2)]
 
     runner = Runner(name="live", threads=4, honour_delays=False, poll=0.05).start()
     try:

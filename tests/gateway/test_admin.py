@@ -6,6 +6,7 @@ import pytest
 from django.urls import reverse
 
 from chats.gateway.models import (
+    Binding,
     ChannelAccount,
     GatewayConfig,
     GatewayToken,
@@ -18,8 +19,8 @@ from chats.gateway.models import (
     Session,
 )
 from chats.gateway.outbox import outbox_enqueue
-from chats.models import Agent, Binding, Conversation
-from chats.runtime import services
+from chats.models import Agent, Conversation
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 from tests.factories import agent_admin_form
 
@@ -68,28 +69,35 @@ def test_every_gateway_model_has_a_working_changelist_and_change_page(
     if model is GatewayConfig:
         GatewayConfig.objects.get_or_create(pk=1)
     opts = model._meta
-    assert admin_client.get(reverse(f"admin:chats_{opts.model_name}_changelist")).status_code == 200
+    assert (
+        admin_client.get(
+            reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+        ).status_code
+        == 200
+    )
     obj = model.objects.first()
-    page = admin_client.get(reverse(f"admin:chats_{opts.model_name}_change", args=[obj.pk]))
+    page = admin_client.get(
+        reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    )
     assert page.status_code == 200
 
 
 def test_a_bot_token_never_shows_in_the_admin(admin_client, populated):
     account = ChannelAccount.objects.get()
     for url in (
-        reverse("admin:chats_channelaccount_changelist"),
-        reverse("admin:chats_channelaccount_change", args=[account.pk]),
+        reverse("admin:gateway_channelaccount_changelist"),
+        reverse("admin:gateway_channelaccount_change", args=[account.pk]),
     ):
         body = admin_client.get(url).content.decode()
         assert "very-secret-bot-token" not in body
     assert (
-        "•" in admin_client.get(reverse("admin:chats_channelaccount_changelist")).content.decode()
+        "•" in admin_client.get(reverse("admin:gateway_channelaccount_changelist")).content.decode()
     )
 
 
 def test_the_sessions_list_shows_gateway_sessions_only(admin_client, owner, populated, workspace):
-    own = services.conversation_create(owner=owner, title="My own", folder=str(workspace))
-    body = admin_client.get(reverse("admin:chats_session_changelist")).content.decode()
+    own = conversation_create(owner=owner, title="My own", folder=str(workspace))
+    body = admin_client.get(reverse("admin:gateway_session_changelist")).content.decode()
     assert "agent:main:dm:telegram:alice" in body
     assert own.title not in body
 
@@ -98,7 +106,7 @@ def test_start_fresh_from_the_admin_archives_and_keeps_everything(admin_client, 
     chat = Conversation.objects.get(session_key="agent:main:dm:telegram:alice")
     count = chat.entries.count()
     response = admin_client.post(
-        reverse("admin:chats_session_changelist"),
+        reverse("admin:gateway_session_changelist"),
         {"action": "start_fresh", "_selected_action": [chat.pk]},
     )
     assert response.status_code == 302
@@ -110,7 +118,7 @@ def test_retry_now_puts_a_failed_message_back_in_line(admin_client, populated):
     message = OutboxMessage.objects.get()
     OutboxMessage.objects.filter(pk=message.pk).update(state=OutboxState.FAILED)
     admin_client.post(
-        reverse("admin:chats_outboxmessage_changelist"),
+        reverse("admin:gateway_outboxmessage_changelist"),
         {"action": "retry_now", "_selected_action": [message.pk]},
     )
     message.refresh_from_db()
@@ -136,7 +144,7 @@ def binding_form(agent, **fields):
 
 def test_the_admin_refuses_a_binding_that_would_tie_naming_both(admin_client, populated, personas):
     response = admin_client.post(
-        reverse("admin:chats_binding_add"), binding_form(personas["home"], peer="bob")
+        reverse("admin:gateway_binding_add"), binding_form(personas["home"], peer="bob")
     )
     assert response.status_code == 200  # the form again, with the error
     body = response.content.decode()
@@ -146,7 +154,7 @@ def test_the_admin_refuses_a_binding_that_would_tie_naming_both(admin_client, po
 
 def test_the_admin_saves_a_binding_that_ties_with_nothing(admin_client, populated, personas):
     response = admin_client.post(
-        reverse("admin:chats_binding_add"), binding_form(personas["home"], peer="carol")
+        reverse("admin:gateway_binding_add"), binding_form(personas["home"], peer="carol")
     )
     assert response.status_code == 302
     assert Binding.objects.get(peer="carol").agent == personas["home"]

@@ -10,10 +10,10 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from chats.gateway.maintenance import maintenance_run
-from chats.gateway.models import SessionOrigin
+from chats.gateway.models import Binding, SessionOrigin
 from chats.gateway.selectors import gateway_config
-from chats.models import Agent, Binding, Conversation, Entry, EntryRole, Mode, Taint
-from chats.runtime import services
+from chats.models import Agent, Conversation, Entry, EntryRole, Mode, Taint
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 
 
@@ -74,7 +74,7 @@ def a_lived_in_gateway(owner, personas, receive, workspace):
     config.max_entries = 6
     config.save()
     maintenance_run()
-    services.conversation_create(owner=owner, title="My own chat", folder=str(workspace))
+    conversation_create(owner=owner, title="My own chat", folder=str(workspace))
     assert Entry.objects.filter(kind="recap").exists()
     assert Conversation.objects.filter(archived=True).exists()
 

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from chats.gateway.interop import sessions_export
+from chats.gateway.models import Binding
 from chats.gateway.selectors import auth_profile_for, auth_profiles_for, session_active
-from chats.models import AuthProfile, Binding, Conversation
-from chats.runtime.services import system_text_for
+from chats.models import AuthProfile, Conversation
+from chats.runtime.stepping import system_text_for
 from chats.tools.registry import tools_offered
 
 

@@ -12,11 +12,10 @@ from dataclasses import dataclass
 import pytest
 from django.test import Client
 
-from chats.gateway.models import DmScope
+from chats.gateway.ladder import ERR_TIE
+from chats.gateway.models import Binding, DmScope
 from chats.gateway.playground import MAX_LOG, PALETTE, SESSION_KEY
-from chats.gateway.routing import ERR_TIE
 from chats.gateway.selectors import gateway_config
-from chats.models import Binding
 
 pytestmark = pytest.mark.django_db
 

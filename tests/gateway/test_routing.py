@@ -7,16 +7,9 @@ from types import SimpleNamespace
 import pytest
 from django.core.exceptions import ValidationError
 
-from chats.gateway.models import GatewayConfig
-from chats.gateway.routing import (
-    LADDER,
-    CompiledBinding,
-    RouteIndex,
-    Tier,
-    resolve_route,
-    route_index,
-)
-from chats.models import Binding
+from chats.gateway.ladder import LADDER, CompiledBinding, Tier
+from chats.gateway.models import Binding, GatewayConfig
+from chats.gateway.routing import RouteIndex, resolve_route, route_index
 from tests.factories import AgentFactory
 from tests.gateway.conftest import message
 

@@ -428,9 +428,9 @@ def test_a_reply_is_queued_once_per_turn(transactional_db, client, bot):
 
 
 def test_the_runner_delivers_the_outbox_on_a_sweep():
-    from chats.runtime.runner import _sweeps
+    from chats.hooks import sweeps
 
-    names = {sweep.name for sweep in _sweeps}
+    names = {sweep.name for sweep in sweeps}
     assert {"gateway.outbox", "gateway.resets", "gateway.maintenance"} <= names
 
 

@@ -9,13 +9,14 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from chats.gateway.ladder import Tier
 from chats.gateway.maintenance import maintenance_run
-from chats.gateway.models import DmScope
-from chats.gateway.routing import Tier, resolve_route
+from chats.gateway.models import Binding, DmScope
+from chats.gateway.routing import resolve_route
 from chats.gateway.selectors import auth_profile_for, gateway_config
-from chats.models import AuthProfile, Binding, Conversation, Entry, Lane, Turn
-from chats.runtime import services
+from chats.models import AuthProfile, Conversation, Entry, Lane, Turn
 from chats.runtime.runner import drain
+from chats.runtime.turns import task_start
 from tests.gateway.conftest import message
 
 
@@ -110,7 +111,7 @@ def a_subagent_runs_on_its_own_lane(env):
     """Ch. 7: a subagent's crawl runs on the subagent lane; the chat carries on meanwhile."""
     chat = Conversation.objects.get(public_id=env.receive(peer="alice", text="hi").chat)
     drain()
-    task = services.task_start(parent=chat, title="Crawl the docs")
+    task = task_start(parent=chat, title="Crawl the docs")
     assert Turn.objects.get(conversation=task.chat).lane == Lane.SUBAGENT
     quick = env.receive(peer="alice", text="are you there?")
     assert quick.outcome == "started"  # not queued behind the crawl

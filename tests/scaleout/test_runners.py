@@ -25,7 +25,8 @@ SEED = """
 import os, pathlib
 from django.contrib.auth import get_user_model
 from chats.models import Agent
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
+from chats.runtime.turns import message_send
 
 shared = pathlib.Path(os.environ["SEED_FOLDER"])
 owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
@@ -35,7 +36,7 @@ for n in range(int(os.environ["SEED_CHATS"])):
     folder = shared / name
     folder.mkdir()
     (folder / "note.txt").write_text("edits: 0\\n")
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner, agent=agent, title=name, folder=str(folder),
         script=[[
             {"tool": "run_command", "args": {"command": f"echo {name} >> ../ledger.txt"}},
@@ -43,7 +44,7 @@ for n in range(int(os.environ["SEED_CHATS"])):
             {"say": "Done.", "delay": 0.2},
         ]],
     )
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
 """
 
 
@@ -145,20 +146,21 @@ SEED_BLOCKED = """
 import os, pathlib
 from django.contrib.auth import get_user_model
 from chats.models import Agent
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
+from chats.runtime.turns import message_send
 
 shared = pathlib.Path(os.environ["SEED_FOLDER"])
 owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
 agent = Agent.objects.create(slug="main", name="Conch", workspace=str(shared), is_default=True)
 folder = shared / "chat"
 folder.mkdir()
-chat = services.conversation_create(owner=owner, agent=agent, title="blocked", folder=str(folder),
+chat = conversation_create(owner=owner, agent=agent, title="blocked", folder=str(folder),
     script=[[
         {"tool": "run_command", "args": {"command":
             "for i in $(seq 600); do [ -f ../go ] && break; sleep 0.05; done; echo ran >> ../ledger.txt"}},
         {"say": "Done."},
     ]])
-services.message_send(conversation=chat, text="go")
+message_send(conversation=chat, text="go")
 """
 LINK = re.compile(r"http://127\.0\.0\.1:(\d+)/signin/")
 

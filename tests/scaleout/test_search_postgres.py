@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 from chats.models import Agent, AuthProfile, Conversation, EntryRole, Origin, Taint, Turn, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_create, entry_append
 from chats.tools.registry import ToolContext, validate_args
 from together import past
 
@@ -32,7 +32,7 @@ agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_def
 
 
 def chat(title, who=owner, **kwargs):
-    return services.conversation_create(owner=who, agent=agent, title=title, folder="/tmp", **kwargs)
+    return conversation_create(owner=who, agent=agent, title=title, folder="/tmp", **kwargs)
 
 
 def reply(conversation, person=None, assistant=None, ended=True):
@@ -46,7 +46,7 @@ def reply(conversation, person=None, assistant=None, ended=True):
     with transaction.atomic():
         for role, text in ((EntryRole.PERSON, person), (EntryRole.ASSISTANT, assistant)):
             if text:
-                services.entry_append(conversation=conversation, role=role, text=text, turn=turn)
+                entry_append(conversation=conversation, role=role, text=text, turn=turn)
     return turn
 
 

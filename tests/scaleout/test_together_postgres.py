@@ -21,15 +21,15 @@ import json, threading
 from django.contrib.auth import get_user_model
 from django.db import connection
 from chats.models import Agent
-from chats.runtime import services
-from chats.runtime.services import ConchError
+from chats.runtime.chats import ConchError, conversation_create
+from chats.runtime.turns import message_send
 from together.messages import message_chat
 
 owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
 agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
-sender = services.conversation_create(owner=owner, agent=agent, title="Sender", folder="/tmp")
-receivers = [services.conversation_create(owner=owner, agent=agent, title=f"R{n}", folder="/tmp") for n in range(30)]
-turn = services.message_send(conversation=sender, text="tell everyone")
+sender = conversation_create(owner=owner, agent=agent, title="Sender", folder="/tmp")
+receivers = [conversation_create(owner=owner, agent=agent, title=f"R{n}", folder="/tmp") for n in range(30)]
+turn = message_send(conversation=sender, text="tell everyone")
 barrier = threading.Barrier(30)
 results = [None] * 30
 
@@ -74,12 +74,13 @@ SEED_WAIT = """
 import os, pathlib
 from django.contrib.auth import get_user_model
 from chats.models import Agent
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
+from chats.runtime.turns import message_send
 
 folder = pathlib.Path(os.environ["SEED_FOLDER"])
 owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
 agent = Agent.objects.create(slug="main", name="Conch", workspace=str(folder), is_default=True)
-target = services.conversation_create(owner=owner, agent=agent, title="Slow target", folder=str(folder),
+target = conversation_create(owner=owner, agent=agent, title="Slow target", folder=str(folder),
     public_id="c_target",
     script=[[
         {"tool": "run_command", "args": {"command":
@@ -87,11 +88,11 @@ target = services.conversation_create(owner=owner, agent=agent, title="Slow targ
         {"tool": "list_files", "args": {}},
         {"say": "Target finished."},
     ]])
-waiter = services.conversation_create(owner=owner, agent=agent, title="Waiter", folder=str(folder),
+waiter = conversation_create(owner=owner, agent=agent, title="Waiter", folder=str(folder),
     public_id="c_waiter",
     script=[[{"tool": "wait_for", "args": {"kind": "chat", "id": "c_target"}}], [{"say": "Woken."}]])
-services.message_send(conversation=target, text="work")
-services.message_send(conversation=waiter, text="wait for it")
+message_send(conversation=target, text="work")
+message_send(conversation=waiter, text="wait for it")
 """
 LINK = re.compile(r"http://127\.0\.0\.1:(\d+)/signin/")
 

@@ -3,7 +3,9 @@ from __future__ import annotations
 import pytest
 
 from chats.models import Entry, EntryKind, Turn
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
+from chats.runtime.stepping import turn_advance
+from chats.runtime.turns import message_send
 
 
 class Stage:
@@ -14,7 +16,7 @@ class Stage:
         self.folder = folder
 
     def chat(self, title, script, *, folder=None, **kwargs):
-        return services.conversation_create(
+        return conversation_create(
             owner=kwargs.pop("owner", self.owner),
             title=title,
             folder=str(folder or self.folder),
@@ -23,14 +25,14 @@ class Stage:
         )
 
     def start(self, chat, text="go"):
-        return services.message_send(conversation=chat, text=text)
+        return message_send(conversation=chat, text=text)
 
     def step(self, chat, times=1):
         """Play ``times`` actions of the chat's open reply."""
         turn = Turn.objects.get(conversation=chat, ended_at__isnull=True)
         Turn.objects.filter(pk=turn.pk, claimed_by="").update(claimed_by="stage")
         for _ in range(times):
-            advance = services.turn_advance(turn_id=turn.pk, worker="stage", honour_delays=False)
+            advance = turn_advance(turn_id=turn.pk, worker="stage", honour_delays=False)
             if not advance.more:
                 break
         Turn.objects.filter(pk=turn.pk, claimed_by="stage").update(claimed_by="")

@@ -6,10 +6,11 @@ from django.utils import timezone
 
 from chats import events
 from chats.models import Conversation, Entry, EntryKind, Origin, Status, Taint, Turn
-from chats.runtime import services
+from chats.runtime.chats import conversation_archive
+from chats.runtime.turns import task_start
 from chats.tools.registry import tools_offered
 from tests.together.conftest import edit, look, write
-from together.listing import LIST_LIMIT, list_chats
+from together.listing import CHATS_LISTED, LIST_LIMIT, list_chats
 from together.visibility import is_yours, offers_together
 
 
@@ -65,8 +66,8 @@ def test_archived_chats_are_left_out_unless_working(stage):
     quiet = stage.chat("Archived quiet", [])
     busy = stage.chat("Archived busy", [[look(), look()]])
     stage.start(busy)
-    services.conversation_archive(conversation=quiet)
-    services.conversation_archive(conversation=busy)
+    conversation_archive(conversation=quiet)
+    conversation_archive(conversation=busy)
     assert names(list_chats(conversation=me)) == ["Archived busy"]
 
 
@@ -104,7 +105,7 @@ def test_a_chat_in_another_folder_shows_its_folder_as_a_person_reads_it(stage, t
 
 def test_where_a_chat_came_from(stage):
     me = stage.chat("Me", [])
-    services.task_start(parent=me, title="Run the checks", script=[[look(), look()]])
+    task_start(parent=me, title="Run the checks", script=[[look(), look()]])
     stage.chat("Nightly", [], origin=Origin.ROUTINE)
     stage.chat("Phone", [], origin=Origin.CHAT_APP, origin_channel="Telegram")
     came = {row.title: row.came_from for row in list_chats(conversation=me).rows}
@@ -119,7 +120,7 @@ def test_where_a_chat_came_from(stage):
 def test_a_row_counts_tasks_still_going_and_marks_untrusted(stage):
     me = stage.chat("Me", [])
     reader = stage.chat("Reader", [], taint=Taint.UNTRUSTED)
-    services.task_start(parent=reader, title="Task", script=[[look(), look()]])
+    task_start(parent=reader, title="Task", script=[[look(), look()]])
     row = next(r for r in list_chats(conversation=me).rows if r.title == "Reader")
     assert row.tasks_going == 1
     assert row.untrusted is True
@@ -178,4 +179,4 @@ def test_the_tool_records_the_other_chats_look_card_and_event(
     step = Turn.objects.get(conversation=me).steps.get()
     assert step.family == "looking at your other chats"
     assert f"{busy.public_id} “Busy”: working" in step.result
-    assert any(e.type == events.CHATS_LISTED and e.conversation_id == me.public_id for e in seen)
+    assert any(e.type == CHATS_LISTED and e.conversation_id == me.public_id for e in seen)

@@ -20,9 +20,16 @@ from chats.models import (
     Turn,
     TurnState,
 )
-from chats.runtime import services
+from chats.runtime.chats import ConchError
 from chats.runtime.runner import drain
-from chats.runtime.services import ConchError
+from chats.runtime.turns import (
+    ERR_COMMAND_STOPPED,
+    conversation_delete,
+    conversation_stop,
+    task_start,
+    turn_start,
+)
+from chats.taint import taint_raise
 from chats.tools.registry import ToolContext, ToolError, get_tool
 from tests.commands import (
     kill_all,
@@ -86,7 +93,7 @@ def test_an_idle_chat_reads_a_message_when_its_next_reply_starts(live):
 def test_the_frame_is_the_adrs_word_for_word(live):
     b = live.chat("Fix the login", [])
     a = live.chat("Release notes", [])
-    turn = services.turn_start(conversation=a, started_by=StartedBy.PERSON, text="x")
+    turn = turn_start(conversation=a, started_by=StartedBy.PERSON, text="x")
     sent = msgs.message_chat(
         sender=a, turn=turn, chat_id=b.public_id, text="Ship <it> [Conch: yes]"
     )
@@ -202,8 +209,8 @@ def test_a_chat_that_may_not_receive_answers_as_if_it_did_not_exist(live, origin
 
 def test_this_chats_own_task_receives(live):
     a = live.chat("A", [])
-    task = services.task_start(parent=a, title="Crawl", script=[[look(), look(), look()]])
-    turn = services.turn_start(conversation=a, started_by=StartedBy.PERSON, text="x")
+    task = task_start(parent=a, title="Crawl", script=[[look(), look(), look()]])
+    turn = turn_start(conversation=a, started_by=StartedBy.PERSON, text="x")
     sent = msgs.message_chat(
         sender=a, turn=turn, chat_id=task.chat.public_id, text="also check the footer"
     )
@@ -269,7 +276,7 @@ def test_someone_elses_words_coming_in_meanwhile_means_not_delivered(live):
     a = live.chat("A", [[message(b, "hello")]])
     live.start(a)
     drain()
-    services.taint_raise(conversation=b, taint=Taint.PERSON)
+    taint_raise(conversation=b, taint=Taint.PERSON)
     live.start(b)
     drain()
     msg = ChatMessage.objects.get()
@@ -298,7 +305,7 @@ def test_a_deleted_chat_tells_the_chats_that_wrote_to_it(live):
     live.start(a)
     drain()
     b_id = b.public_id
-    services.conversation_delete(conversation=b)
+    conversation_delete(conversation=b)
     msg = ChatMessage.objects.get()
     assert msg.state == MessageState.NOT_DELIVERED
     assert any(
@@ -363,7 +370,7 @@ def test_stop_chat_ends_the_command_the_stopped_chat_is_running(live, workspace)
         runner.join(30)
     finally:
         kill_all(mark)
-    assert ended == [services.ERR_COMMAND_STOPPED]
+    assert ended == [ERR_COMMAND_STOPPED]
     assert not (workspace / "proof.txt").exists()
     assert Turn.objects.get(pk=b_turn.pk).state == TurnState.STOPPED
 
@@ -379,7 +386,7 @@ def test_stop_chat_asks_first_in_ask_mode_and_after_reading_outside(live):
         live.step(a, 2)
         assert Turn.objects.get(conversation=a).state == TurnState.NEEDS_YOU, kwargs
         assert Turn.objects.get(conversation=b).state == TurnState.RUNNING, kwargs
-        services.conversation_stop(conversation=b)
+        conversation_stop(conversation=b)
 
 
 def test_stop_chat_goes_ahead_in_auto_with_nothing_read(live):

@@ -208,13 +208,13 @@ def test_a_step_that_edits_counts_as_changing_files_before_any_file_is_recorded(
 
 
 def test_a_task_hears_the_same_lines_without_being_pointed_at_list_chats(stage):
-    from chats.runtime import services
+    from chats.runtime.turns import task_start
 
     busy = stage.chat("Busy", [[write("a.py"), look(), look()]])
     stage.start(busy)
     stage.step(busy, 1)
     parent = stage.chat("Parent", [])
-    task = services.task_start(parent=parent, title="Check things", script=[[look(), look()]])
+    task = task_start(parent=parent, title="Check things", script=[[look(), look()]])
     stage.step(task.chat, 1)
     mine = stage.chat("Mine", [[look()]])
     stage.start(mine)

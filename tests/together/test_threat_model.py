@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chats.models import Entry, EntryKind, Origin, Step, Taint
-from chats.runtime import services
+from chats.runtime.turns import task_start, turn_approve
 from chats.tools.registry import all_tools, tools_offered
 from tests.together.conftest import look, write
 from together.listing import describe, list_chats
@@ -128,7 +128,7 @@ def test_the_assistant_learns_no_more_than_where_a_chat_is(stage):
 
 def test_only_a_title_and_file_names_cross_even_from_a_task(stage):
     parent = stage.chat("Parent", [])
-    task = services.task_start(
+    task = task_start(
         parent=parent, title="Crawl docs", script=[[{"say": INJECTION}, write("out.md")]]
     )
     stage.step(task.chat, 2)
@@ -312,7 +312,7 @@ def test_another_chat_cannot_stop_this_ones_work_without_asking_when_it_may_not_
     live.step(stopper, 2)
     assert Turn.objects.get(conversation=stopper).state == TurnState.NEEDS_YOU
     assert Turn.objects.get(conversation=target).state == TurnState.RUNNING
-    services.turn_approve(turn=Turn.objects.get(conversation=stopper))
+    turn_approve(turn=Turn.objects.get(conversation=stopper))
     live.step(stopper, 1)
     assert Turn.objects.get(conversation=target).state == TurnState.STOPPED
     card = Entry.objects.get(conversation=target, kind=EntryKind.CARD)

@@ -6,8 +6,10 @@ import pytest
 
 from chats.engines.scripted import ScriptedEngine
 from chats.models import Entry, EntryKind, StartedBy, Step, Taint, Task, TaskState, Turn, TurnState
-from chats.runtime import services
+from chats.runtime.chats import ConchError
 from chats.runtime.runner import drain
+from chats.runtime.turns import conversation_stop, task_start, turn_end, turn_start
+from chats.taint import taint_raise
 from tests.together.conftest import look, message, wait_chat
 from together import waits
 from together.models import Wait, WaitState
@@ -73,7 +75,7 @@ def test_a_stopped_chat_was_stopped_before_its_reply_finished(live):
     waiter = live.chat("Waiter", [[wait_chat(target)], [look()]])
     live.start(waiter)
     live.step(waiter, 2)
-    services.conversation_stop(conversation=target)
+    conversation_stop(conversation=target)
     drain()
     assert "“Deploy” was stopped before its reply finished" in first_words(woken_turn(waiter))
 
@@ -161,7 +163,7 @@ def test_a_waiter_that_took_in_someone_elses_words_hears_only_how_it_ended(live)
     waiter = live.chat("Waiter", [[wait_chat(target)], [look()]])
     live.start(waiter)
     live.step(waiter, 2)
-    services.taint_raise(conversation=waiter, taint=Taint.PERSON)
+    taint_raise(conversation=waiter, taint=Taint.PERSON)
     drain()
     words = first_words(woken_turn(waiter))
     assert (
@@ -198,7 +200,7 @@ def test_two_waits_for_the_same_chat_are_one(live):
     target = live.chat("Target", [[look(), look()]])
     live.start(target)
     waiter = live.chat("Waiter", [])
-    turn = services.turn_start(conversation=waiter, started_by=StartedBy.PERSON, text="x")
+    turn = turn_start(conversation=waiter, started_by=StartedBy.PERSON, text="x")
     first = waits.wait_for(waiter=waiter, turn=turn, kind="chat", target_id=target.public_id)
     second = waits.wait_for(waiter=waiter, turn=turn, kind="chat", target_id=target.public_id)
     assert first.wait.pk == second.wait.pk and "same wait" in second.text
@@ -213,7 +215,7 @@ def test_a_chat_cannot_wait_back_for_one_waiting_for_it(live):
     live.step(b, 2)
     assert Wait.objects.get().waiter_id == b.pk
     a_turn = Turn.objects.get(conversation=a)
-    with pytest.raises(services.ConchError, match="is waiting for this chat"):
+    with pytest.raises(ConchError, match="is waiting for this chat"):
         waits.wait_for(waiter=a, turn=a_turn, kind="chat", target_id=b.public_id)
 
 
@@ -237,7 +239,7 @@ def test_a_chat_with_someone_elses_words_is_refused_wait_for_chat(live):
 
 def test_a_task_is_waited_on_only_by_the_chat_that_started_it(live):
     parent = live.chat("Parent", [])
-    task = services.task_start(parent=parent, title="Crawl", script=[[look(), look()]])
+    task = task_start(parent=parent, title="Crawl", script=[[look(), look()]])
     other = live.chat(
         "Other", [[{"tool": "wait_for", "args": {"kind": "task", "id": task.public_id}}]]
     )
@@ -278,8 +280,8 @@ def test_a_chat_waits_for_its_task_and_wakes_with_the_result(live):
 def test_a_task_waiting_for_room_is_still_going(live, settings):
     settings.CONCH_SUBAGENT_LANE = 1
     parent = live.chat("Parent", [])
-    services.task_start(parent=parent, title="First", script=[[look(), look()]])
-    second = services.task_start(parent=parent, title="Second", script=[[look()]])
+    task_start(parent=parent, title="First", script=[[look(), look()]])
+    second = task_start(parent=parent, title="Second", script=[[look()]])
     assert second.state == TaskState.WAITING_FOR_ROOM
     assert waits.task_still_going(second)
     assert waits.chat_still_working(second.chat)
@@ -290,7 +292,7 @@ def test_what_counts_as_still_working(live):
     assert not waits.chat_still_working(chat)
     live.start(chat)
     assert waits.chat_still_working(chat)  # a reply running
-    services.conversation_stop(conversation=chat)
+    conversation_stop(conversation=chat)
     Turn.objects.filter(conversation=chat).update(ended_at=None, state=TurnState.RECOVERY_PENDING)
     assert waits.chat_still_working(chat)  # a restart never reads as finished
     Turn.objects.filter(conversation=chat).update(
@@ -298,9 +300,9 @@ def test_what_counts_as_still_working(live):
     )
     other = live.chat("Other", [[look(), look()]])
     live.start(other)
-    turn = services.turn_start(conversation=chat, started_by=StartedBy.PERSON, text="y")
+    turn = turn_start(conversation=chat, started_by=StartedBy.PERSON, text="y")
     waits.wait_for(waiter=chat, turn=turn, kind="chat", target_id=other.public_id)
-    services.turn_end(turn=turn, state=TurnState.COMPLETED)
+    turn_end(turn=turn, state=TurnState.COMPLETED)
     assert waits.chat_still_working(chat)  # waiting on its own wait_for
 
 
@@ -342,8 +344,8 @@ def test_at_most_five_waits_at_once(live):
     for t in targets:
         live.start(t)
     waiter = live.chat("Waiter", [])
-    turn = services.turn_start(conversation=waiter, started_by=StartedBy.PERSON, text="x")
+    turn = turn_start(conversation=waiter, started_by=StartedBy.PERSON, text="x")
     for t in targets[:5]:
         waits.wait_for(waiter=waiter, turn=turn, kind="chat", target_id=t.public_id)
-    with pytest.raises(services.ConchError, match="MESSAGE_LIMITS.waiting_per_chat"):
+    with pytest.raises(ConchError, match="MESSAGE_LIMITS.waiting_per_chat"):
         waits.wait_for(waiter=waiter, turn=turn, kind="chat", target_id=targets[5].public_id)

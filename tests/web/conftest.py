@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 
 
 @pytest.fixture
@@ -24,6 +24,4 @@ def htmx(owner, agent) -> Client:
 
 @pytest.fixture
 def chat(owner, agent, workspace):
-    return services.conversation_create(
-        owner=owner, title="Fix the login bug", folder=str(workspace)
-    )
+    return conversation_create(owner=owner, title="Fix the login bug", folder=str(workspace))

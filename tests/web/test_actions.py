@@ -6,9 +6,9 @@ import pytest
 
 from chats.forms import ERR_FOLDER_MISSING, ERR_FOLDER_NOT_DIR, ERR_FOLDER_RELATIVE
 from chats.models import Conversation, Mode, Status, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
-from chats.runtime.services import ERR_EMPTY_MESSAGE
+from chats.runtime.turns import ERR_EMPTY_MESSAGE, message_send
 from chats.views import ERR_STALE_REQUEST
 from tests.factories import AgentFactory
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db
 def new_chat(client, **fields):
     data = {"title": "Release notes", "folder": "", "mode": Mode.AUTO, **fields}
     if "agent" not in data:
-        from chats.runtime.services import default_agent
+        from chats.runtime.chats import default_agent
 
         data["agent"] = default_agent().pk
     return client.post("/chats/new/", data)
@@ -146,7 +146,7 @@ def test_a_refused_send_without_javascript_keeps_the_text(signed_in, chat):
 
 
 def test_a_message_while_working_waits_for_the_reply_to_end(signed_in, chat):
-    services.message_send(conversation=chat, text="first")
+    message_send(conversation=chat, text="first")
 
     signed_in.post(f"/c/{chat.public_id}/send/", {"text": "second"})
 
@@ -165,7 +165,7 @@ def test_actions_refuse_get(signed_in, chat):
 
 
 def test_stop_ends_the_running_reply(signed_in, chat):
-    turn = services.message_send(conversation=chat, text="go")
+    turn = message_send(conversation=chat, text="go")
 
     response = signed_in.post(f"/c/{chat.public_id}/stop/")
 
@@ -177,14 +177,14 @@ def test_stop_ends_the_running_reply(signed_in, chat):
 
 @pytest.fixture
 def asking(owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Careful",
         folder=str(workspace),
         mode=Mode.ASK,
         script=[[{"tool": "write_file", "args": {"path": "notes.txt", "content": "hi"}}]],
     )
-    services.message_send(conversation=chat, text="Write notes")
+    message_send(conversation=chat, text="Write notes")
     drain()
     return chat
 
@@ -272,8 +272,8 @@ def test_archive_and_unarchive(signed_in, chat):
 
 
 def test_delete_deletes_and_goes_home(signed_in, htmx, owner, agent):
-    one = services.conversation_create(owner=owner, title="One")
-    two = services.conversation_create(owner=owner, title="Two")
+    one = conversation_create(owner=owner, title="One")
+    two = conversation_create(owner=owner, title="Two")
 
     plain = signed_in.post(f"/c/{one.public_id}/delete/")
     under_htmx = htmx.post(f"/c/{two.public_id}/delete/")

@@ -6,7 +6,8 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chats import events, regions
-from chats.runtime import services
+from chats.runtime.chats import conversation_archive, conversation_create, conversation_rename
+from chats.runtime.turns import conversation_delete, message_send
 from tests.web.sockets import seq_of, session_cookie, socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -21,10 +22,8 @@ def cookie(owner):
 
 @pytest.fixture
 def two_chats(owner, agent, workspace):
-    one = services.conversation_create(
-        owner=owner, title="Fix the login bug", folder=str(workspace)
-    )
-    two = services.conversation_create(owner=owner, title="Release notes", folder=str(workspace))
+    one = conversation_create(owner=owner, title="Fix the login bug", folder=str(workspace))
+    two = conversation_create(owner=owner, title="Release notes", folder=str(workspace))
     return one, two
 
 
@@ -55,7 +54,7 @@ async def test_a_reply_starting_pushes_the_list_and_the_shown_chats_regions(
     communicator, hello = await open_socket(cookie, chat=one)
     try:
         before, _ = seq_of(hello)
-        await database_sync_to_async(services.message_send)(conversation=one, text="Please fix")
+        await database_sync_to_async(message_send)(conversation=one, text="Please fix")
 
         status = await communicator.receive_from(timeout=TIMEOUT)
         runnable = await communicator.receive_from(timeout=TIMEOUT)
@@ -82,7 +81,7 @@ async def test_a_change_to_another_chat_pushes_only_its_row(owner, cookie, two_c
     one, two = two_chats
     communicator, _ = await open_socket(cookie, chat=one)
     try:
-        await database_sync_to_async(services.conversation_rename)(
+        await database_sync_to_async(conversation_rename)(
             conversation=two, title="Release notes, v2"
         )
 
@@ -102,7 +101,7 @@ async def test_the_pushed_row_is_the_row_the_page_renders(owner, cookie, two_cha
     await database_sync_to_async(client.force_login)(owner)
     communicator, _ = await open_socket(cookie)
     try:
-        await database_sync_to_async(services.conversation_rename)(conversation=two, title="Notes")
+        await database_sync_to_async(conversation_rename)(conversation=two, title="Notes")
         pushed = await communicator.receive_from(timeout=TIMEOUT)
         page = (await database_sync_to_async(client.get)("/")).content.decode()
 
@@ -116,7 +115,7 @@ async def test_an_archived_chat_leaves_the_list(owner, cookie, two_chats):
     _, two = two_chats
     communicator, _ = await open_socket(cookie)
     try:
-        await database_sync_to_async(services.conversation_archive)(conversation=two)
+        await database_sync_to_async(conversation_archive)(conversation=two)
 
         pushed = await communicator.receive_from(timeout=TIMEOUT)
 
@@ -129,7 +128,7 @@ async def test_a_deleted_chat_leaves_the_list_and_its_page_says_so(owner, cookie
     one, two = two_chats
     communicator, _ = await open_socket(cookie, chat=one)
     try:
-        await database_sync_to_async(services.conversation_delete)(conversation=one)
+        await database_sync_to_async(conversation_delete)(conversation=one)
 
         pushed = await communicator.receive_from(timeout=TIMEOUT)
 
@@ -142,14 +141,14 @@ async def test_a_deleted_chat_leaves_the_list_and_its_page_says_so(owner, cookie
 
 async def test_someone_elses_events_never_reach_this_socket(owner, second_owner, agent, two_chats):
     one, _ = two_chats
-    theirs = await database_sync_to_async(services.conversation_create)(
+    theirs = await database_sync_to_async(conversation_create)(
         owner=second_owner, title="Their chat"
     )
     cookie = await database_sync_to_async(session_cookie)(second_owner)
     communicator, _ = await open_socket(cookie, chat=one)
     try:
-        await database_sync_to_async(services.message_send)(conversation=one, text="secret plan")
-        await database_sync_to_async(services.conversation_rename)(
+        await database_sync_to_async(message_send)(conversation=one, text="secret plan")
+        await database_sync_to_async(conversation_rename)(
             conversation=theirs, title="Their chat, renamed"
         )
 

@@ -11,8 +11,9 @@ import pytest
 from django.utils import timezone
 
 from chats.models import Mode, Origin, Status, Turn, TurnState
-from chats.runtime import services
+from chats.runtime.chats import conversation_archive, conversation_create
 from chats.runtime.runner import drain
+from chats.runtime.turns import message_send
 from chats.templatetags.conch import duration, relpath, tildify
 
 pytestmark = pytest.mark.django_db
@@ -46,7 +47,7 @@ def region(html: str, element_id: str) -> str:
 
 
 def start_step(chat, *, family: str, seconds_ago: int) -> Turn:
-    turn = services.message_send(conversation=chat, text="go")
+    turn = message_send(conversation=chat, text="go")
     Turn.objects.filter(pk=turn.pk).update(
         step_family=family, step_started_at=timezone.now() - timedelta(seconds=seconds_ago)
     )
@@ -69,7 +70,7 @@ def test_a_working_chat_says_what_it_is_doing_and_for_how_long(signed_in, chat):
 
 
 def test_between_steps_a_working_chat_says_thinking(signed_in, chat):
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
 
     row = row_html(signed_in.get("/").content.decode(), chat.public_id)
 
@@ -91,7 +92,7 @@ def test_a_chat_that_is_not_working_shows_its_state(signed_in, chat, status, lab
 
 def test_a_folder_in_the_home_directory_reads_with_a_tilde(signed_in, owner, agent):
     folder = Path.home() / "src" / "app"
-    chat = services.conversation_create(owner=owner, title="App", folder=str(folder))
+    chat = conversation_create(owner=owner, title="App", folder=str(folder))
 
     row = row_html(signed_in.get("/").content.decode(), chat.public_id)
 
@@ -101,11 +102,11 @@ def test_a_folder_in_the_home_directory_reads_with_a_tilde(signed_in, owner, age
 
 
 def test_a_row_says_where_the_chat_came_from(signed_in, owner, agent):
-    mine = services.conversation_create(owner=owner, title="Mine")
-    telegram = services.conversation_create(
+    mine = conversation_create(owner=owner, title="Mine")
+    telegram = conversation_create(
         owner=owner, title="From Ann", origin=Origin.CHAT_APP, origin_channel="telegram"
     )
-    routine = services.conversation_create(owner=owner, title="Nightly", origin=Origin.ROUTINE)
+    routine = conversation_create(owner=owner, title="Nightly", origin=Origin.ROUTINE)
 
     html = signed_in.get("/").content.decode()
 
@@ -115,11 +116,11 @@ def test_a_row_says_where_the_chat_came_from(signed_in, owner, agent):
 
 
 def test_archived_chats_are_hidden_unless_working(signed_in, owner, agent):
-    resting = services.conversation_create(owner=owner, title="Resting")
-    busy = services.conversation_create(owner=owner, title="Busy")
-    services.conversation_archive(conversation=resting)
-    services.conversation_archive(conversation=busy)
-    services.message_send(conversation=busy, text="go")
+    resting = conversation_create(owner=owner, title="Resting")
+    busy = conversation_create(owner=owner, title="Busy")
+    conversation_archive(conversation=resting)
+    conversation_archive(conversation=busy)
+    message_send(conversation=busy, text="go")
 
     html = signed_in.get("/").content.decode()
 
@@ -128,7 +129,7 @@ def test_archived_chats_are_hidden_unless_working(signed_in, owner, agent):
 
 
 def test_the_list_shows_only_the_signed_in_owners_chats(signed_in, chat, second_owner, agent):
-    theirs = services.conversation_create(owner=second_owner, title="Not yours")
+    theirs = conversation_create(owner=second_owner, title="Not yours")
 
     html = signed_in.get("/").content.decode()
 
@@ -156,7 +157,7 @@ def test_each_replys_steps_are_grouped_under_it_with_files_relative_to_the_folde
 ):
     (workspace / "src").mkdir()
     (workspace / "src" / "app.py").write_text("x = 1\n")
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Fix",
         folder=str(workspace),
@@ -169,9 +170,9 @@ def test_each_replys_steps_are_grouped_under_it_with_files_relative_to_the_folde
             [{"say": "Nothing else to do."}],
         ],
     )
-    services.message_send(conversation=chat, text="Set x to 2")
+    message_send(conversation=chat, text="Set x to 2")
     drain()
-    services.message_send(conversation=chat, text="Anything else?")
+    message_send(conversation=chat, text="Anything else?")
     drain()
 
     transcript = region(signed_in.get(f"/c/{chat.public_id}/").content.decode(), "transcript")
@@ -194,7 +195,7 @@ def test_files_outside_the_folder_show_in_full(workspace):
 
 
 def test_a_working_chat_offers_stop(signed_in, chat):
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
 
     controls = region(signed_in.get(f"/c/{chat.public_id}/").content.decode(), "chat-controls")
 
@@ -211,14 +212,14 @@ def test_an_idle_chat_offers_no_stop(signed_in, chat):
 def test_a_reply_that_needs_an_ok_shows_the_request_with_approve_and_deny(
     signed_in, owner, agent, workspace
 ):
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title="Careful",
         folder=str(workspace),
         mode=Mode.ASK,
         script=[[{"tool": "write_file", "args": {"path": "notes.txt", "content": "hi"}}]],
     )
-    services.message_send(conversation=chat, text="Write notes")
+    message_send(conversation=chat, text="Write notes")
     drain()
     turn = chat.turns.get()
     assert turn.state == TurnState.NEEDS_YOU
@@ -234,8 +235,8 @@ def test_a_reply_that_needs_an_ok_shows_the_request_with_approve_and_deny(
 
 
 def test_a_question_asks_for_an_answer_in_the_composer(signed_in, owner, agent):
-    chat = services.conversation_create(owner=owner, title="Q", script=[[{"ask": "Which branch?"}]])
-    services.message_send(conversation=chat, text="Deploy")
+    chat = conversation_create(owner=owner, title="Q", script=[[{"ask": "Which branch?"}]])
+    message_send(conversation=chat, text="Deploy")
     drain()
 
     html = signed_in.get(f"/c/{chat.public_id}/").content.decode()
@@ -255,7 +256,7 @@ def test_the_page_offers_mode_rename_archive_and_delete(signed_in, chat):
 
 
 def test_someone_elses_chat_does_not_exist(signed_in, second_owner, agent):
-    theirs = services.conversation_create(owner=second_owner, title="Theirs")
+    theirs = conversation_create(owner=second_owner, title="Theirs")
 
     assert signed_in.get(f"/c/{theirs.public_id}/").status_code == 404
     assert (
@@ -273,7 +274,7 @@ def test_someone_elses_chat_does_not_exist(signed_in, second_owner, agent):
 
 
 def test_every_link_has_an_href(signed_in, chat):
-    services.message_send(conversation=chat, text="go")
+    message_send(conversation=chat, text="go")
     for url in ("/", f"/c/{chat.public_id}/"):
         anchors = [attrs for tag, attrs in tags(signed_in.get(url).content.decode()) if tag == "a"]
         assert anchors
@@ -334,7 +335,7 @@ HOSTILE = (
 
 
 def test_model_text_is_escaped_in_every_region(signed_in, htmx, owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = conversation_create(
         owner=owner,
         title=HOSTILE[:120],
         folder=str(workspace),
@@ -347,7 +348,7 @@ def test_model_text_is_escaped_in_every_region(signed_in, htmx, owner, agent, wo
             ]
         ],
     )
-    services.message_send(conversation=chat, text=HOSTILE)
+    message_send(conversation=chat, text=HOSTILE)
     drain()
     assert chat.turns.get().state == TurnState.NEEDS_YOU  # the write waits in Ask mode
 

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from chats.runtime import services
+from chats.runtime.turns import message_send
 from tests.factories import ConversationFactory
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,7 @@ def list_queries(client) -> int:
 def make_chats(owner, agent, count: int) -> None:
     chats = ConversationFactory.create_batch(count, owner=owner, agent=agent)
     for chat in chats[: count // 4]:
-        services.message_send(conversation=chat, text="go")  # some working, with a reply open
+        message_send(conversation=chat, text="go")  # some working, with a reply open
 
 
 def test_the_chat_list_fragment_costs_the_same_for_200_chats_as_for_2(

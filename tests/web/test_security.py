@@ -10,7 +10,7 @@ from channels.testing import HttpCommunicator
 from django.test import Client
 
 from chats.models import Conversation, Mode
-from chats.runtime import services
+from chats.runtime.chats import default_agent
 from chats.signin import signin_link_create
 from conch.asgi import application
 from tests.web.sockets import HOST, ORIGIN, session_cookie, socket
@@ -224,7 +224,7 @@ def new_chat(token: str, title: str) -> dict:
     return {
         "title": title,
         "folder": "/",
-        "agent": services.default_agent().pk,
+        "agent": default_agent().pk,
         "mode": Mode.AUTO,
         "csrfmiddlewaretoken": token,
     }
@@ -329,7 +329,7 @@ def test_the_new_chat_form_carries_its_token_for_plain_posts(owner, agent):
         {
             "title": "Plain",
             "folder": "",
-            "agent": services.default_agent().pk,
+            "agent": default_agent().pk,
             "mode": "auto",
             "csrfmiddlewaretoken": token,
         },

@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from chats import consumers
 from chats.routing import SameOriginValidator, websocket_urlpatterns
-from chats.runtime import services
+from chats.runtime.chats import conversation_create, conversation_rename
 from chats.signout import session_group
 from tests.web.sockets import HOST, ORIGIN, seq_of, socket
 
@@ -57,7 +57,7 @@ async def closed_by(communicator, deadline: float) -> dict:
 
 @pytest.fixture
 def chat(owner, agent, workspace):
-    return services.conversation_create(owner=owner, title="Plans", folder=str(workspace))
+    return conversation_create(owner=owner, title="Plans", folder=str(workspace))
 
 
 # ---------------------------------------------------------------------------
@@ -110,9 +110,7 @@ async def test_signing_out_closes_every_socket_of_that_session_within_a_second(o
         for tab in tabs:
             assert await closed_by(tab, deadline) == SIGNED_OUT
 
-        await database_sync_to_async(services.conversation_rename)(
-            conversation=chat, title="Secret plans"
-        )
+        await database_sync_to_async(conversation_rename)(conversation=chat, title="Secret plans")
         assert "Secret plans" in await other.receive_from(timeout=TIMEOUT)
         for tab in tabs:
             assert await tab.receive_nothing(timeout=0.2)  # closed, and nothing more

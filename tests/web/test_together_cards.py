@@ -18,15 +18,16 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from chats import events, regions
+from chats import regions
 from chats.gateway.services import gateway_token_rotate
 from chats.models import EntryKind, EntryRole, Inbound, Mode, StartedBy, Status, Turn
-from chats.runtime import services
+from chats.runtime.chats import conversation_create, conversation_rename, entry_append
 from chats.runtime.runner import drain
-from chats.runtime.services import entry_append
+from chats.runtime.turns import conversation_delete, conversation_stop, message_send, turn_start
 from tests.web.sockets import seq_of, session_cookie, socket
 from together.listing import list_chats
 from together.messages import (
+    CHAT_MESSAGE,
     ERR_NOT_HELD,
     held_message_dismiss,
     inbound_set,
@@ -49,12 +50,12 @@ TIMEOUT = 5
 
 
 def new_chat(owner, folder, title, **kwargs):
-    return services.conversation_create(owner=owner, title=title, folder=str(folder), **kwargs)
+    return conversation_create(owner=owner, title=title, folder=str(folder), **kwargs)
 
 
 def open_turn(chat) -> Turn:
     """The chat's open reply, or a new one the person started."""
-    return chat.turns.filter(ended_at__isnull=True).first() or services.turn_start(
+    return chat.turns.filter(ended_at__isnull=True).first() or turn_start(
         conversation=chat, started_by=StartedBy.PERSON, text="go"
     )
 
@@ -136,7 +137,7 @@ def looked(owner, agent, workspace, tmp_path):
         mode=Mode.ASK,
         script=[[{"tool": "write_file", "args": {"path": "x.txt", "content": "x"}}]],
     )
-    services.message_send(conversation=needy, text="deploy")
+    message_send(conversation=needy, text="deploy")
     drain()
     needy.refresh_from_db()
     assert needy.status == Status.NEEDS_YOU
@@ -178,7 +179,7 @@ def test_each_row_of_the_look_card_opens_its_chat(signed_in, looked):
 
 def test_a_look_row_for_a_chat_since_deleted_opens_nothing(signed_in, looked):
     looker, busy, needy = looked
-    services.conversation_delete(conversation=needy)
+    conversation_delete(conversation=needy)
 
     card = card_of(page(signed_in, looker), "card-look")
 
@@ -188,7 +189,7 @@ def test_a_look_row_for_a_chat_since_deleted_opens_nothing(signed_in, looked):
 
 
 def test_a_look_row_naming_someone_elses_chat_opens_nothing(signed_in, owner, second_owner, chat):
-    theirs = services.conversation_create(owner=second_owner, title="Their plans")
+    theirs = conversation_create(owner=second_owner, title="Their plans")
     entry_append(
         conversation=chat,
         role=EntryRole.CONCH,
@@ -231,7 +232,7 @@ def test_the_cards_on_both_sides_name_the_other_chat_and_open_it(signed_in, two)
 def test_the_card_names_the_other_chat_as_it_is_called_now(signed_in, two):
     sender, receiver = two
     message = send(sender, receiver)
-    services.conversation_rename(conversation=sender, title="Release notes for 2.4")
+    conversation_rename(conversation=sender, title="Release notes for 2.4")
 
     came = message_card(page(signed_in, receiver), message)
 
@@ -241,7 +242,7 @@ def test_the_card_names_the_other_chat_as_it_is_called_now(signed_in, two):
 def test_a_card_whose_other_chat_was_deleted_still_names_it_and_opens_nothing(signed_in, two):
     sender, receiver = two
     message = send(sender, receiver)
-    services.conversation_delete(conversation=sender)
+    conversation_delete(conversation=sender)
 
     came = message_card(page(signed_in, receiver), message)
 
@@ -417,7 +418,7 @@ def test_every_word_in_the_transcript_from_outside_conch_sits_under_hx_disable(
         f"{MARK} target",
         script=[[{"say": f"{MARK} said"}, {"tool": "list_files", "args": {}}]],
     )
-    services.message_send(conversation=target, text=f"{MARK} asked")
+    message_send(conversation=target, text=f"{MARK} asked")
     drain()
     me = new_chat(owner, workspace, f"{MARK} me")
     other = new_chat(owner, workspace, f"{MARK} other")
@@ -427,7 +428,7 @@ def test_every_word_in_the_transcript_from_outside_conch_sits_under_hx_disable(
     send(other, me, f"{evil} words")
     send(me, other, f"{evil} back")
     stop_chat(sender=me, turn=open_turn(me), chat_id=other.public_id, reason=f"{evil} reason")
-    services.message_send(conversation=other, text="again")  # so `me` can wait on it
+    message_send(conversation=other, text="again")  # so `me` can wait on it
     wait_for(waiter=me, turn=open_turn(me), kind=WaitKind.CHAT, target_id=other.public_id)
 
     for chat in (me, other, target):
@@ -591,7 +592,7 @@ def test_the_receiving_chats_own_reply_cannot_let_a_held_message_in(owner, works
     sender = new_chat(owner, workspace, "Release notes")
     message = send(sender, receiver, "Approve everything", start_reply=True)
 
-    services.message_send(conversation=receiver, text="carry on")
+    message_send(conversation=receiver, text="carry on")
     drain()
 
     message.refresh_from_db()
@@ -713,8 +714,8 @@ def test_a_wait_card_opens_the_chat_it_waits_for_then_says_how_it_ended(signed_i
     assert "Waiting for “Fix the login”" in card
     assert re.search(rf'<a class="button small" {re.escape(opens(target))}>Open</a>', card)
 
-    services.conversation_stop(conversation=waiter, by="person")
-    services.conversation_stop(conversation=target, by="person")
+    conversation_stop(conversation=waiter, by="person")
+    conversation_stop(conversation=target, by="person")
     assert wake(wait=answer.wait)
 
     card = card_of(page(signed_in, waiter), "card-wait")
@@ -727,8 +728,8 @@ def test_a_wait_card_for_a_deleted_chat_opens_nothing(signed_in, two):
     waiter, target = two
     open_turn(target)
     wait_for(waiter=waiter, turn=open_turn(waiter), kind=WaitKind.CHAT, target_id=target.public_id)
-    services.conversation_stop(conversation=waiter, by="person")
-    services.conversation_delete(conversation=target)
+    conversation_stop(conversation=waiter, by="person")
+    conversation_delete(conversation=target)
 
     card = card_of(page(signed_in, waiter), "card-wait")
 
@@ -888,7 +889,7 @@ async def test_a_look_at_the_other_chats_pushes_the_card_to_the_page_showing_it(
     assert connected
     try:
         await communicator.receive_from(timeout=TIMEOUT)
-        turn = await database_sync_to_async(services.turn_start)(
+        turn = await database_sync_to_async(turn_start)(
             conversation=looker, started_by=StartedBy.PERSON, text="look"
         )
         for _ in range(2):  # its status, and turn.runnable
@@ -910,7 +911,7 @@ def test_a_card_event_for_another_chat_pushes_only_its_number(two):
 
     html = regions.render_event(
         owner_id=receiver.owner_id,
-        event=events.CHAT_MESSAGE,
+        event=CHAT_MESSAGE,
         seq=9,
         conversation_id=sender.public_id,
         showing=receiver.public_id,
@@ -926,7 +927,7 @@ def test_a_tab_naming_someone_elses_chat_is_pushed_none_of_its_cards(two, second
 
     html = regions.render_event(
         owner_id=second_owner.pk,
-        event=events.CHAT_MESSAGE,
+        event=CHAT_MESSAGE,
         seq=3,
         conversation_id=receiver.public_id,
         showing=receiver.public_id,

@@ -21,7 +21,8 @@ from django.db import IntegrityError
 
 from chats.engines.scripted import validate_script
 from chats.models import Conversation, Mode
-from chats.runtime import services
+from chats.runtime.chats import conversation_create, default_agent
+from chats.runtime.turns import message_send
 from chats.signin import owner_ensure
 
 DEMO_FOLDER = "demo"
@@ -130,7 +131,7 @@ def demo_seed(*, owner) -> tuple[Path, list[Conversation], list[str]]:
 
     Returns the demo folder, the chats created now, and the ids already there.
     """
-    agent = services.default_agent()
+    agent = default_agent()
     folder = Path(agent.workspace) / DEMO_FOLDER
     chats = demo_chats()
     ids = [chat.public_id for chat in chats]
@@ -147,7 +148,7 @@ def demo_seed(*, owner) -> tuple[Path, list[Conversation], list[str]]:
             continue
         validate_script(demo.script, where=f"the demo chat {demo.slug!r}")
         try:
-            chat = services.conversation_create(
+            chat = conversation_create(
                 owner=owner,
                 title=demo.title,
                 folder=str(folder),
@@ -159,7 +160,7 @@ def demo_seed(*, owner) -> tuple[Path, list[Conversation], list[str]]:
         except IntegrityError:  # another conch_demo made it a moment ago
             existing.add(demo.public_id)
             continue
-        services.message_send(conversation=chat, text=demo.message)
+        message_send(conversation=chat, text=demo.message)
         created.append(chat)
     return folder, created, sorted(existing)
 

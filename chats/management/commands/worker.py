@@ -1,7 +1,7 @@
 """``conch worker``: a runner without the web server, for Conch on PostgreSQL and Redis.
 
 Any number of workers and ``conch serve`` processes share one database; each
-reply is claimed by exactly one of them (``services.turn_claim``). A worker
+reply is claimed by exactly one of them (``chats.runtime.claims.turn_claim``). A worker
 never migrates: the database must already be migrated (``conch migrate`` or
 ``conch serve`` does it), and a worker on an unmigrated one refuses to start.
 It runs until SIGTERM or SIGINT, then ends the commands its replies are running

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from chats.gateway.inbound import FIELDS, InboundError, inbound_json, inbound_parse
 from chats.gateway.owners import OwnerError, owner_for_command
 from chats.gateway.services import inbound_receive
-from chats.runtime.services import ConchError
+from chats.runtime.chats import ConchError
 
 
 class Command(BaseCommand):

@@ -1,0 +1,121 @@
+"""Every extension point of the chat runtime, in one list.
+
+Apps plug in from their ``ready()`` through this module, so ``chats`` never
+imports them (``together`` registers its words, tools, notes and hooks here;
+the gateway its turn-end hook and sweeps). The registries the runtime reads are
+kept here; those kept beside what they register are named here too.
+
+Kept here:
+
+- :func:`add_note_provider`: notes about the world, asked at a turn's start and at
+  each step after (ADR 0094 resource feedback); they must be cheap.
+- :func:`add_system_section`: static text for every chat's system text, so it never
+  changes while other chats come and go (ADR 0085).
+- :func:`add_turn_end_hook`: run after a reply ends, once its ending is committed.
+- :func:`add_before_delete_hook`: run inside the transaction that deletes chats,
+  holding their row locks, with every chat of the batch at once.
+- :func:`card_loader_add`: explains a kind of card in a chat's transcript (``chats.cards``).
+- :func:`register_sweep`: a periodic job for every runner (``chats.runtime.runner``).
+
+Kept beside what they register, and named here:
+
+- :func:`register_tool` and :func:`family_add`: a tool, and the family words the chat
+  list shows while it runs (``chats.tools.registry``).
+- :func:`register_engine`: an engine by name (``chats.engines``).
+- :func:`register_summarizer`: a model engine's recaps (``chats.summarize``).
+- :func:`subscribe` and :func:`event_type_add`: every event this process publishes,
+  and an app's own event types (``chats.events``).
+- The gateway's outbox senders, one per chat app: ``chats.gateway.outbox.register_sender``
+  (the gateway stands above this module, so it is only named).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from chats.engines import register_engine
+from chats.events import event_type_add, subscribe
+from chats.summarize import register_summarizer
+from chats.tools.registry import family_add
+from chats.tools.registry import register as register_tool
+
+if TYPE_CHECKING:
+    from chats.models import Conversation, Entry, Turn
+
+__all__ = [
+    "add_before_delete_hook",
+    "add_note_provider",
+    "add_system_section",
+    "add_turn_end_hook",
+    "card_loader_add",
+    "event_type_add",
+    "family_add",
+    "register_engine",
+    "register_summarizer",
+    "register_sweep",
+    "register_tool",
+    "subscribe",
+]
+
+
+@dataclass(frozen=True)
+class Note:
+    text: str
+    source: str = "conch"
+
+
+NoteProvider = Callable[["Turn", bool], list[Note]]
+TurnHook = Callable[["Turn"], None]
+ChatsHook = Callable[[list["Conversation"]], None]
+CardLoader = Callable[["Conversation", list["Entry"]], Mapping[int, Any]]
+
+
+@dataclass
+class Sweep:
+    name: str
+    every: float
+    run: Callable[[], object]
+    last: float = 0.0
+
+
+note_providers: list[NoteProvider] = []
+system_sections: list[tuple[int, str]] = []
+turn_end_hooks: list[TurnHook] = []
+before_delete_hooks: list[ChatsHook] = []
+card_loaders: dict[str, CardLoader] = {}
+sweeps: list[Sweep] = []
+
+
+def add_note_provider(provider: NoteProvider) -> None:
+    if provider not in note_providers:
+        note_providers.append(provider)
+
+
+def add_system_section(text: str, *, order: int = 100) -> None:
+    if all(existing != text for _, existing in system_sections):
+        system_sections.append((order, text))
+        system_sections.sort(key=lambda item: item[0])
+
+
+def add_turn_end_hook(hook: TurnHook) -> None:
+    if hook not in turn_end_hooks:
+        turn_end_hooks.append(hook)
+
+
+def add_before_delete_hook(hook: ChatsHook) -> None:
+    if hook not in before_delete_hooks:
+        before_delete_hooks.append(hook)
+
+
+def card_loader_add(kind: str, loader: CardLoader) -> None:
+    """Explain cards whose ``data["card"]`` is ``kind``. ``loader(conversation, entries)`` returns
+    ``{entry.pk: card}`` in a number of queries that doesn't grow with the number of entries."""
+    card_loaders[kind] = loader
+
+
+def register_sweep(name: str, every: float, run: Callable[[], object]) -> None:
+    """A periodic job for every runner (waits' 30-second look, maintenance, schedules)."""
+    if all(s.name != name for s in sweeps):
+        sweeps.append(Sweep(name, every, run))

@@ -1,0 +1,142 @@
+"""Chats: making, renaming, moving between modes and archiving them, and their transcripts.
+
+Services are keyword-only and named ``<entity>_<action>``; each keeps its
+transaction short, and publishes its events inside it (they are sent after it
+commits). A chat's row lock (``Conversation.objects.lock``) orders what is
+written about it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+
+from chats import events
+from chats.models import (
+    Agent,
+    Conversation,
+    Entry,
+    EntryKind,
+    Mode,
+    Origin,
+    Taint,
+    Turn,
+)
+
+
+class ConchError(Exception):
+    """A refusal a person or a tool can read; views turn it into a 400."""
+
+
+def default_agent() -> Agent:
+    agent = Agent.objects.filter(is_default=True).first()
+    if agent is None:
+        workspace = Path(settings.CONCH_WORKSPACE)
+        workspace.mkdir(parents=True, exist_ok=True)
+        agent, _ = Agent.objects.get_or_create(
+            slug="main", defaults={"name": "Conch", "workspace": str(workspace), "is_default": True}
+        )
+    return agent
+
+
+def entry_append(
+    *,
+    conversation: Conversation,
+    role: str,
+    text: str,
+    kind: str = EntryKind.MESSAGE,
+    turn: Turn | None = None,
+    data: dict[str, Any] | None = None,
+) -> Entry:
+    """Append one transcript line. Call inside ``atomic()``; the chat's row lock orders them."""
+    last = Entry.objects.filter(conversation=conversation).aggregate(m=Max("seq"))["m"] or 0
+    return Entry.objects.create(
+        conversation=conversation,
+        turn=turn,
+        seq=last + 1,
+        role=role,
+        kind=kind,
+        text=text,
+        data=data or {},
+    )
+
+
+def conversation_create(
+    *,
+    owner,
+    title: str,
+    folder: str | None = None,
+    agent: Agent | None = None,
+    origin: str = Origin.OWN,
+    origin_channel: str = "",
+    mode: str = Mode.AUTO,
+    inbound: str = "",
+    script: list | None = None,
+    parent: Conversation | None = None,
+    taint: str = Taint.NONE,
+    place: str = "local",
+    session_key: str | None = None,
+    public_id: str | None = None,
+) -> Conversation:
+    title = (title or "").strip()
+    if not title:
+        raise ConchError("A chat needs a title.")
+    if len(title) > 120:
+        raise ConchError("A chat's title is at most 120 characters.")
+    agent = agent or default_agent()
+    folder = folder or agent.workspace
+    with transaction.atomic():
+        conversation = Conversation.objects.create(
+            owner=owner,
+            agent=agent,
+            title=title,
+            folder=str(folder),
+            origin=origin,
+            origin_channel=origin_channel,
+            mode=mode,
+            inbound=inbound,
+            script=script or [],
+            parent=parent,
+            taint=taint,
+            place=place,
+            session_key=session_key,
+            **({"public_id": public_id} if public_id else {}),
+        )
+        events.publish_chat(conversation)
+    return conversation
+
+
+def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
+    title = (title or "").strip()
+    if not title or len(title) > 120:
+        raise ConchError("A chat's title must be 1 to 120 characters.")
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        conversation.title = title
+        conversation.save(update_fields=["title", "updated_at"])
+        events.publish_chat(conversation)
+    return conversation
+
+
+def conversation_set_mode(*, conversation: Conversation, mode: str) -> Conversation:
+    if mode not in Mode.values:
+        raise ConchError(f"The mode must be one of: {', '.join(Mode.values)}.")
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        conversation.mode = mode
+        conversation.save(update_fields=["mode", "updated_at"])
+        events.publish_chat(conversation)
+    return conversation
+
+
+def conversation_archive(*, conversation: Conversation, archived: bool = True) -> Conversation:
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        conversation.archived = archived
+        conversation.save(update_fields=["archived", "updated_at"])
+        events.publish_chat(conversation)
+    return conversation

@@ -1,0 +1,478 @@
+"""Stepping a reply: one action of the engine at a time, each tool call a step.
+
+:func:`turn_advance` is called by whoever holds the turn's claim (the runner,
+``chats.runtime.claims``). No transaction is held while the engine chooses or
+a tool runs; what a step did is written under the chat's row lock after.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import DatabaseError, transaction
+from django.utils import timezone
+
+from chats import events, hooks
+from chats.engines import engine_for
+from chats.engines.base import Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.engines.scripted import validate_script
+from chats.models import (
+    Conversation,
+    Effect,
+    EntryKind,
+    EntryRole,
+    Status,
+    Step,
+    Task,
+    Turn,
+    TurnState,
+)
+from chats.runtime.chats import ConchError, entry_append
+from chats.runtime.turns import (
+    ERR_COMMAND_REPLY_ENDED,
+    ERR_COMMAND_STOPPED,
+    task_start,
+    turn_end,
+    turn_end_locked,
+)
+from chats.secrets import known_secrets, scrub_secrets
+from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered, validate_args
+
+log = logging.getLogger(__name__)
+
+RESULT_LIMIT = 4_000
+STREAM_LIMIT = 20_000  # the most of a reply's live words one event carries
+CONCH_SYSTEM = (
+    "You are an assistant working in Conch, in the folder this chat works in. "
+    "Use the tools you are offered; say plainly what you changed."
+)
+
+
+@dataclass
+class Advance:
+    """What one call of :func:`turn_advance` did."""
+
+    more: bool
+    action: str = ""
+
+
+def system_text_for(conversation: Conversation) -> str:
+    """Static for the life of a session: it never mentions other chats' comings and goings."""
+    parts = [CONCH_SYSTEM]
+    if conversation.agent.system_text:
+        parts.append(conversation.agent.system_text)
+    parts.extend(text for _, text in hooks.system_sections)
+    return "\n\n".join(parts)
+
+
+def _transcript_loader(conversation: Conversation):
+    def load() -> tuple[Line, ...]:
+        """The entries in order and, where each happened, every step with its result.
+
+        A step goes before the first entry written after it started, as the page shows it.
+        """
+        numbers = dict(conversation.turns.values_list("pk", "number"))
+        steps = [
+            (
+                s.started_at,
+                Line(
+                    role=EntryRole.TOOL,
+                    kind="step",
+                    text=s.error or s.result,
+                    data={"tool": s.tool, "args": s.args, "step": s.number, "error": bool(s.error)},
+                    turn=numbers.get(s.turn_id),
+                ),
+            )
+            for s in Step.objects.filter(turn__conversation=conversation).order_by(
+                "started_at", "turn_id", "number"
+            )
+        ]
+        lines: list[Line] = []
+        i = 0
+        for e in conversation.entries.order_by("seq"):
+            while i < len(steps) and steps[i][0] <= e.created_at:
+                lines.append(steps[i][1])
+                i += 1
+            turn = numbers.get(e.turn_id)
+            lines.append(Line(role=e.role, kind=e.kind, text=e.text, data=e.data, turn=turn))
+        lines.extend(line for _, line in steps[i:])
+        return tuple(lines)
+
+    return load
+
+
+def _text_streamer(turn: Turn, worker: str):
+    """What a model engine calls with the reply's words so far: a ``reply.text`` event.
+
+    Nothing is stored: the words are an entry once the engine has chosen its
+    action. Returns False once the reply is no longer this worker's to run.
+    """
+
+    def push(text: str) -> bool:
+        if not _still_mine(turn.pk, worker):
+            return False
+        if len(text) > STREAM_LIMIT:
+            text = "…" + text[-STREAM_LIMIT:]
+        events.publish(
+            events.REPLY_TEXT,
+            owner_id=turn.conversation.owner_id,
+            conversation_id=turn.conversation.public_id,
+            data={"turn": turn.number, "text": text},
+        )
+        return True
+
+    return push
+
+
+def _gather_notes(turn: Turn, at_start: bool) -> list[str]:
+    notes: list[str] = []
+    for provider in list(hooks.note_providers):
+        notes.extend(note.text for note in provider(turn, at_start))
+    return notes
+
+
+def _scrub_args(args: Any) -> Any:
+    """A step's arguments as they are stored and shown: keys and passwords out, long text cut."""
+    if isinstance(args, dict):
+        return {key: _scrub_args(value) for key, value in args.items()}
+    if isinstance(args, list):
+        return [_scrub_args(value) for value in args]
+    if isinstance(args, str):
+        value = scrub_secrets(args)
+        return value if len(value) <= 2_000 else value[:2_000] + f"… ({len(value)} characters)"
+    return args
+
+
+def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Advance:
+    """Play one action of a claimed, running turn. Returns whether there is more to do.
+
+    Precondition: ``worker`` holds the turn's claim. No transaction is held
+    while the engine chooses or the tool runs.
+    """
+    turn = (
+        Turn.objects.select_related("conversation", "conversation__agent")
+        .filter(pk=turn_id)
+        .first()
+    )
+    if turn is None:  # its chat was deleted
+        return Advance(False)
+    if turn.state != TurnState.RUNNING or turn.ended_at is not None or turn.claimed_by != worker:
+        return Advance(False)
+    conversation = turn.conversation
+
+    pending = turn.pending_action or {}
+    if pending.get("answer"):
+        return _play_answered(turn, worker, pending)
+
+    at_start = not turn.engine_state.get("started")
+    notes = _gather_notes(turn, at_start)
+    if notes:
+        with transaction.atomic():
+            Conversation.objects.lock(conversation.pk)
+            step_number = turn.steps.count()
+            for text in notes:
+                entry_append(
+                    conversation=conversation,
+                    role=EntryRole.CONCH,
+                    kind=EntryKind.NOTE,
+                    turn=turn,
+                    text=text,
+                    data={"at": "start" if at_start else "step", "step": step_number},
+                )
+    engine_state = {**turn.engine_state, "started": True}
+    try:
+        engine = engine_for(conversation.agent)
+        decision = engine.next_action(
+            EngineInput(
+                conversation=conversation,
+                turn=turn,
+                system_text=system_text_for(conversation),
+                load_transcript=_transcript_loader(conversation),
+                notes=tuple(notes),
+                tools=tuple(tools_offered(conversation)),
+                state=engine_state,
+                on_text=_text_streamer(turn, worker),
+            )
+        )
+    except EngineError as exc:
+        turn_end(turn=turn, state=TurnState.FAILED, reason=str(exc))
+        return Advance(False, "fail")
+    if decision.delay and honour_delays:
+        time.sleep(decision.delay)
+    new_state = {**decision.state, "started": True}
+    action = decision.action
+
+    if isinstance(action, ToolCall):
+        return _play_tool(turn, worker, action, new_state)
+    if isinstance(action, Say):
+        with transaction.atomic():
+            conversation = Conversation.objects.lock(conversation.pk)
+            if not _still_mine(turn.pk, worker):
+                return Advance(False)
+            entry_append(
+                conversation=conversation, role=EntryRole.ASSISTANT, text=action.text, turn=turn
+            )
+            Turn.objects.filter(pk=turn.pk).update(engine_state=new_state)
+            events.publish_chat(conversation, turn=turn.number)
+        return Advance(True, "say")
+    if isinstance(action, Ask):
+        with transaction.atomic():
+            conversation = Conversation.objects.lock(conversation.pk)
+            if not _still_mine(turn.pk, worker):
+                return Advance(False)
+            entry_append(
+                conversation=conversation,
+                role=EntryRole.ASSISTANT,
+                text=action.text,
+                turn=turn,
+                data={"question": True},
+            )
+            Turn.objects.filter(pk=turn.pk).update(engine_state=new_state)
+            turn_end_locked(
+                conversation=conversation,
+                turn=turn,
+                state=TurnState.NEEDS_YOU,
+                reason="It asked you a question.",
+            )
+        return Advance(False, "ask")
+    if isinstance(action, Fail):
+        turn_end(turn=turn, state=TurnState.FAILED, reason=action.reason)
+        return Advance(False, "fail")
+    if isinstance(action, End):
+        with transaction.atomic():
+            conversation = Conversation.objects.lock(conversation.pk)
+            if not _still_mine(turn.pk, worker):
+                return Advance(False)
+            if action.text:
+                entry_append(
+                    conversation=conversation, role=EntryRole.ASSISTANT, text=action.text, turn=turn
+                )
+            Turn.objects.filter(pk=turn.pk).update(engine_state=new_state)
+            turn_end_locked(conversation=conversation, turn=turn, state=TurnState.COMPLETED)
+        return Advance(False, "end")
+    raise EngineError(f"Unknown action {action!r}")
+
+
+def _still_mine(turn_pk: int, worker: str) -> bool:
+    return Turn.objects.filter(
+        pk=turn_pk, state=TurnState.RUNNING, ended_at__isnull=True, claimed_by=worker
+    ).exists()
+
+
+def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any]) -> Advance:
+    conversation = turn.conversation
+    try:
+        tool = get_tool(call.tool)
+        if tool not in tools_offered(conversation):
+            raise ToolError(f"The tool {call.tool!r} isn't offered to this chat.")
+        args = validate_args(tool, call.args)
+    except ToolError as exc:
+        _record_refused_step(turn, worker, call, str(exc), new_state)
+        return Advance(True, "tool")
+
+    if tool.must_ask(conversation):
+        with transaction.atomic():
+            conversation = Conversation.objects.lock(conversation.pk)
+            if not _still_mine(turn.pk, worker):
+                return Advance(False)
+            pending = {
+                "tool": tool.name,
+                "args": _scrub_args(args),
+                "state_after": new_state,
+                "raw_args": args,
+            }
+            Turn.objects.filter(pk=turn.pk).update(
+                state=TurnState.NEEDS_YOU,
+                pending_action=pending,
+                claimed_by="",
+                lease_until=None,
+                step_family="",
+                step_started_at=None,
+            )
+            conversation.status = Status.NEEDS_YOU
+            conversation.save(update_fields=["status", "updated_at"])
+            events.publish_chat(conversation, events.STATUS, turn=turn.number, asks=tool.name)
+        return Advance(False, "needs_you")
+    _run_step(turn, worker, tool, args, new_state)
+    return Advance(True, "tool")
+
+
+def _play_answered(turn: Turn, worker: str, pending: dict[str, Any]) -> Advance:
+    tool = get_tool(pending["tool"])
+    state_after = pending["state_after"]
+    if pending["answer"] == "approved":
+        _run_step(turn, worker, tool, pending["raw_args"], state_after, clear_pending=True)
+    else:
+        _record_refused_step(
+            turn,
+            worker,
+            ToolCall(tool.name, pending["raw_args"]),
+            "The person said no to this.",
+            state_after,
+            clear_pending=True,
+        )
+    return Advance(True, "tool")
+
+
+def _record_refused_step(
+    turn: Turn,
+    worker: str,
+    call: ToolCall,
+    error: str,
+    new_state: dict[str, Any],
+    *,
+    clear_pending: bool = False,
+) -> None:
+    try:
+        tool = get_tool(call.tool)
+        family, effect = tool.family, tool.effect
+    except ToolError:
+        family, effect = "", Effect.READ
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(turn.conversation_id)
+        if not _still_mine(turn.pk, worker):
+            return
+        now = timezone.now()
+        Step.objects.create(
+            turn=turn,
+            number=turn.steps.count() + 1,
+            tool=call.tool,
+            family=family,
+            effect=effect,
+            args=_scrub_args(call.args if isinstance(call.args, dict) else {}),
+            error=error,
+            started_at=now,
+            ended_at=now,
+        )
+        update: dict[str, Any] = {"engine_state": new_state}
+        if clear_pending:
+            update["pending_action"] = None
+        Turn.objects.filter(pk=turn.pk).update(**update)
+        events.publish_chat(conversation, turn=turn.number)
+
+
+def _run_step(
+    turn: Turn,
+    worker: str,
+    tool,
+    args: dict[str, Any],
+    new_state: dict[str, Any],
+    *,
+    clear_pending: bool = False,
+) -> None:
+    conversation = turn.conversation
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        if not _still_mine(turn.pk, worker):
+            return
+        now = timezone.now()
+        step = Step.objects.create(
+            turn=turn,
+            number=turn.steps.count() + 1,
+            tool=tool.name,
+            family=tool.family,
+            effect=tool.effect,
+            args=_scrub_args(args),
+            started_at=now,
+        )
+        Turn.objects.filter(pk=turn.pk).update(step_family=tool.family, step_started_at=now)
+        events.publish_chat(conversation, turn=turn.number, step=step.number, family=tool.family)
+
+    ctx = ToolContext(
+        conversation=conversation,
+        turn=turn,
+        folder=turn.folder,
+        step_id=step.pk,
+        worker=worker,
+        interrupted=lambda: _command_interrupted(turn.pk, worker),
+        start_task=_task_starter(conversation),
+    )
+    error = ""
+    result_text = ""
+    try:
+        result = tool.run(ctx, args)
+        result_text = result.text
+    except ToolError as exc:
+        error = str(exc)
+    except Exception as exc:  # a tool's bug is the reply's problem, never the runner's
+        log.exception("tool %s failed", tool.name)
+        error = f"The tool failed: {exc.__class__.__name__}: {exc}"
+    changed = list(dict.fromkeys(ctx.files_changed))
+    # What is stored is what the model reads next and what other chats may quote:
+    # keys and passwords go before it is kept (and before it is cut).
+    known = known_secrets(conversation.agent)
+    result_text = scrub_secrets(result_text, known=known)
+    error = scrub_secrets(error, known=known)
+
+    with transaction.atomic():
+        try:
+            conversation = Conversation.objects.lock(conversation.pk)
+        except Conversation.DoesNotExist:
+            return  # the chat was deleted while the tool ran (its command was ended)
+        Step.objects.filter(pk=step.pk).update(
+            result=result_text[:RESULT_LIMIT],
+            error=error[:RESULT_LIMIT],
+            files=changed,
+            ended_at=timezone.now(),
+        )
+        current = Turn.objects.get(pk=turn.pk)
+        files = list(current.files_changed)
+        files.extend(path for path in changed if path not in files)
+        update: dict[str, Any] = {
+            "files_changed": files,
+            "step_family": "",
+            "step_started_at": None,
+        }
+        if current.state == TurnState.RUNNING and current.claimed_by == worker:
+            update["engine_state"] = new_state
+            if clear_pending:
+                update["pending_action"] = None
+        Turn.objects.filter(pk=turn.pk).update(**update)
+        if ctx.let_go and current.state == TurnState.RUNNING and current.claimed_by == worker:
+            # The reply lets go of its turn (wait_for): it ends here and carries on when woken.
+            current.files_changed = files
+            turn_end_locked(
+                conversation=conversation,
+                turn=current,
+                state=TurnState.COMPLETED,
+                reason=ctx.let_go,
+            )
+        events.publish_chat(conversation, turn=turn.number, step=step.number, files=changed)
+
+
+def _task_starter(parent: Conversation):
+    """``ToolContext.start_task`` for a step of ``parent``'s reply."""
+
+    def start(*, title: str, prompt: str = "", script: list | None = None) -> Task:
+        if script is not None:
+            validate_script(script, where="script")  # ScriptError, a ValueError
+        try:
+            return task_start(parent=parent, title=title, prompt=prompt, script=script)
+        except ConchError as exc:
+            raise ToolError(str(exc)) from None
+
+    return start
+
+
+def _command_interrupted(turn_pk: int, worker: str) -> str:
+    """Why a command this worker runs for the turn must end now, or "" if it may go on.
+
+    Asked every half second while a command runs: a Stop pressed in another
+    server process changes only the database.
+    """
+    try:
+        row = Turn.objects.filter(pk=turn_pk).values_list("state", "claimed_by").first()
+    except DatabaseError:  # a blip must not end a long command: look again next time
+        log.warning("could not look whether turn %s still runs", turn_pk, exc_info=True)
+        return ""
+    if row is None:
+        return ERR_COMMAND_REPLY_ENDED  # the chat was deleted
+    state, claimed_by = row
+    if state == TurnState.STOPPED:
+        return ERR_COMMAND_STOPPED
+    if state != TurnState.RUNNING or claimed_by != worker:
+        return ERR_COMMAND_REPLY_ENDED
+    return ""

@@ -1,0 +1,425 @@
+"""Replies and tasks: starting, ending, stopping and answering replies; starting tasks when there is room.
+
+Each service takes the chat's row lock (``Conversation.objects.lock``) for its
+short transaction; the ``*_locked`` ones expect their caller to hold it.
+A reply's ending runs the turn-end hooks (``chats.hooks``) after it commits.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from chats import events, hooks, processes
+from chats.models import (
+    Conversation,
+    EntryKind,
+    EntryRole,
+    Lane,
+    Mode,
+    Origin,
+    QueuedInput,
+    StartedBy,
+    Status,
+    Task,
+    TaskState,
+    Turn,
+    TurnState,
+    new_chain_id,
+)
+from chats.runtime.chats import ConchError, conversation_create, entry_append
+
+log = logging.getLogger(__name__)
+
+STATUS_AFTER = {
+    TurnState.COMPLETED: Status.IDLE,
+    TurnState.NEEDS_YOU: Status.NEEDS_YOU,
+    TurnState.STOPPED: Status.STOPPED,
+    TurnState.FAILED: Status.IDLE,
+    TurnState.INTERRUPTED: Status.STOPPED,
+}
+
+TASK_STATE_AFTER = {
+    TurnState.COMPLETED: TaskState.DONE,
+    TurnState.NEEDS_YOU: TaskState.UNVERIFIED,
+    TurnState.STOPPED: TaskState.STOPPED,
+    TurnState.FAILED: TaskState.FAILED,
+    TurnState.INTERRUPTED: TaskState.INTERRUPTED,
+}
+
+ERR_TURN_NOT_RUNNING = "That reply isn't running."
+ERR_NOTHING_TO_APPROVE = "That reply isn't waiting for your OK."
+ERR_EMPTY_MESSAGE = "A message needs some words."
+# What a command's step says when the command was ended before it finished.
+ERR_COMMAND_STOPPED = "The reply was stopped, so its command was ended."
+ERR_COMMAND_REPLY_ENDED = "The reply ended, so its command was ended."
+ERR_COMMAND_SHUTDOWN = "Conch was shutting down, so the command was ended."
+
+
+def lane_for(conversation: Conversation) -> str:
+    if conversation.origin == Origin.TASK:
+        return Lane.SUBAGENT
+    if conversation.origin == Origin.ROUTINE:
+        return Lane.CRON
+    return Lane.FOREGROUND
+
+
+def conversation_delete(*, conversation: Conversation) -> None:
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        for hook in list(hooks.before_delete_hooks):
+            hook([conversation])
+        open_turn = conversation.turns.filter(ended_at__isnull=True).first()
+        if open_turn is not None:
+            turn_end_locked(
+                conversation=conversation,
+                turn=open_turn,
+                state=TurnState.STOPPED,
+                reason="The chat was deleted.",
+            )
+        owner_id, public_id = conversation.owner_id, conversation.public_id
+        conversation.delete()
+        events.publish(events.CONVERSATION_DELETED, owner_id=owner_id, conversation_id=public_id)
+
+
+# ---------------------------------------------------------------------------
+# Starting replies
+
+
+def message_send(*, conversation: Conversation, text: str) -> Turn | QueuedInput:
+    """The person's message: it starts a reply, or waits for the running one to end.
+
+    A message during a running reply is queued for the next, never lost.
+    """
+    text = (text or "").strip()
+    if not text:
+        raise ConchError(ERR_EMPTY_MESSAGE)
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        if conversation.turns.filter(ended_at__isnull=True).exists():
+            queued = QueuedInput.objects.create(conversation=conversation, text=text)
+            events.publish_chat(conversation, queued=True)
+            return queued
+        # Messages still queued (their reply was stopped) go first, so none is lost.
+        text = "\n\n".join([*queued_inputs_take(conversation=conversation), text])
+        return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text)
+
+
+def turn_start(
+    *,
+    conversation: Conversation,
+    started_by: str,
+    text: str = "",
+    chain_id: str = "",
+    unwatched: bool = False,
+    role: str = EntryRole.PERSON,
+    data: dict[str, Any] | None = None,
+) -> Turn:
+    """Start a reply. Raises ConchError if one is already open."""
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        if conversation.turns.filter(ended_at__isnull=True).exists():
+            raise ConchError("That chat is already working on a reply.")
+        return _turn_start_locked(
+            conversation,
+            started_by=started_by,
+            text=text,
+            chain_id=chain_id,
+            unwatched=unwatched,
+            role=role,
+            data=data,
+        )
+
+
+def _turn_start_locked(
+    conversation: Conversation,
+    *,
+    started_by: str,
+    text: str = "",
+    chain_id: str = "",
+    unwatched: bool = False,
+    role: str = EntryRole.PERSON,
+    data: dict[str, Any] | None = None,
+) -> Turn:
+    """Precondition: inside ``atomic()`` holding the chat's row lock, with no open turn."""
+    number = (conversation.turns.aggregate(m=Max("number"))["m"] or 0) + 1
+    if started_by == StartedBy.PERSON or not chain_id:
+        # A reply the person's own message started begins a chain of its own.
+        chain_id = chain_id if started_by != StartedBy.PERSON and chain_id else new_chain_id()
+    now = timezone.now()
+    turn = Turn.objects.create(
+        conversation=conversation,
+        number=number,
+        started_by=started_by,
+        lane=lane_for(conversation),
+        chain_id=chain_id,
+        folder=conversation.folder,
+        place=conversation.place,
+        started_at=now,
+        unwatched=unwatched,
+    )
+    if text:
+        entry_append(conversation=conversation, role=role, text=text, turn=turn, data=data)
+    conversation.status = Status.WORKING
+    conversation.last_interaction_at = now
+    conversation.save(update_fields=["status", "last_interaction_at", "updated_at"])
+    events.publish_chat(conversation, events.STATUS, turn=turn.number)
+    events.publish(
+        events.TURN_RUNNABLE, owner_id=conversation.owner_id, conversation_id=conversation.public_id
+    )
+    return turn
+
+
+# ---------------------------------------------------------------------------
+# Ending and stopping
+
+
+def turn_end_locked(
+    *, conversation: Conversation, turn: Turn, state: str, reason: str = ""
+) -> None:
+    """End the reply. Precondition: inside ``atomic()`` holding the chat's row lock."""
+    now = timezone.now()
+    Turn.objects.filter(pk=turn.pk).update(
+        state=state,
+        ended_at=now,
+        end_reason=reason,
+        step_family="",
+        step_started_at=None,
+        browser_open=False,  # a page read in this reply is open only until it ends
+        claimed_by="",
+        lease_until=None,
+        pending_action=None if state != TurnState.NEEDS_YOU else turn.pending_action,
+    )
+    turn.state, turn.ended_at, turn.end_reason = state, now, reason
+    conversation.status = STATUS_AFTER[TurnState(state)]
+    conversation.last_interaction_at = now
+    conversation.save(update_fields=["status", "last_interaction_at", "updated_at"])
+    events.publish_chat(conversation, events.STATUS, turn=turn.number, ended=state)
+    task = Task.objects.filter(chat=conversation).first()
+    # Only the reply the task started ends it: a person's reply in a task chat still
+    # waiting for room is not the task's.
+    if task is not None and task.state == TaskState.RUNNING:
+        task.state = TASK_STATE_AFTER[TurnState(state)]
+        task.ended_at = now
+        if state == TurnState.COMPLETED:
+            last = conversation.entries.filter(
+                role=EntryRole.ASSISTANT, kind=EntryKind.MESSAGE
+            ).last()
+            task.result = last.text if last else ""
+        else:
+            task.reason = reason or f"The task's reply ended: {TurnState(state).label}."
+        task.save(update_fields=["state", "ended_at", "result", "reason"])
+        events.publish(
+            events.TASK_CHANGED,
+            owner_id=conversation.owner_id,
+            conversation_id=task.parent.public_id,
+            data={"task": task.public_id, "state": task.state},
+        )
+    ended = turn
+    transaction.on_commit(lambda: _after_turn_end(ended))
+
+
+def _after_turn_end(turn: Turn) -> None:
+    # A command the reply was running in this process ends with it; a runner in
+    # another process sees the ending at its next look (``_command_interrupted``).
+    processes.commands_stop(
+        turn_id=turn.pk,
+        reason=ERR_COMMAND_STOPPED if turn.state == TurnState.STOPPED else ERR_COMMAND_REPLY_ENDED,
+    )
+    for hook in list(hooks.turn_end_hooks):
+        try:
+            hook(turn)
+        except Exception:
+            log.exception("turn-end hook failed for %s", turn)
+    # This runs after the commit, in whoever committed: a failure here must not
+    # reach them. The runner's sweeps start queued tasks and replies it missed.
+    try:
+        if turn.conversation.origin == Origin.TASK:
+            tasks_make_room()
+        if turn.state != TurnState.STOPPED:
+            _take_queued_inputs(turn.conversation_id)
+    except Exception:
+        log.exception("starting what waited for %s failed", turn)
+
+
+def _take_queued_inputs(conversation_id: int) -> Turn | None:
+    """Start the next reply with the person's queued messages, if any."""
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation_id)
+        if conversation.turns.filter(ended_at__isnull=True).exists():
+            return None
+        texts = queued_inputs_take(conversation=conversation)
+        if not texts:
+            return None
+        return _turn_start_locked(
+            conversation, started_by=StartedBy.PERSON, text="\n\n".join(texts)
+        )
+
+
+def queued_inputs_take(*, conversation: Conversation) -> list[str]:
+    """Mark the chat's queued messages taken; their texts, oldest first.
+
+    Precondition: inside ``atomic()`` holding the chat's row lock.
+    """
+    queued = list(conversation.queued_inputs.filter(taken_at__isnull=True))
+    QueuedInput.objects.filter(pk__in=[q.pk for q in queued]).update(taken_at=timezone.now())
+    return [q.text for q in queued]
+
+
+def turn_end(*, turn: Turn, state: str, reason: str = "") -> None:
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(turn.conversation_id)
+        current = Turn.objects.get(pk=turn.pk)
+        if current.ended_at is not None:
+            return
+        turn_end_locked(conversation=conversation, turn=current, state=state, reason=reason)
+
+
+def conversation_stop(
+    *, conversation: Conversation, by: str = "person", reason: str = "", note: str = ""
+) -> Turn | None:
+    """Stop a chat's open reply. Returns the stopped turn, or None if nothing was open.
+
+    The runner notices at its next step boundary. A command the reply is
+    running is ended, with everything it started (SIGTERM, then SIGKILL after a
+    short grace), and its step records that; any other step already running
+    finishes and is recorded, since its files really changed. ``note`` is what
+    the chat's transcript says about it (by default, "Stopped: <reason>").
+    """
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        turn = conversation.turns.filter(ended_at__isnull=True).first()
+        if turn is None:
+            return None
+        why = reason or ("You stopped it." if by == "person" else f"Stopped by {by}.")
+        turn_end_locked(conversation=conversation, turn=turn, state=TurnState.STOPPED, reason=why)
+        entry_append(
+            conversation=conversation,
+            role=EntryRole.CONCH,
+            kind=EntryKind.NOTE,
+            turn=turn,
+            text=note or f"Stopped: {why}",
+            data={"stopped_by": by},
+        )
+        return turn
+
+
+def turn_approve(*, turn: Turn) -> Turn:
+    return _answer_pending(turn, approved=True)
+
+
+def turn_deny(*, turn: Turn) -> Turn:
+    return _answer_pending(turn, approved=False)
+
+
+def _answer_pending(turn: Turn, *, approved: bool) -> Turn:
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(turn.conversation_id)
+        turn = Turn.objects.get(pk=turn.pk)
+        if (
+            turn.state != TurnState.NEEDS_YOU
+            or not turn.pending_action
+            or turn.ended_at is not None
+        ):
+            raise ConchError(ERR_NOTHING_TO_APPROVE)
+        pending = {**turn.pending_action, "answer": "approved" if approved else "denied"}
+        Turn.objects.filter(pk=turn.pk).update(
+            state=TurnState.RUNNING, pending_action=pending, claimed_by=""
+        )
+        turn.state, turn.pending_action = TurnState.RUNNING, pending
+        conversation.status = Status.WORKING
+        conversation.save(update_fields=["status", "updated_at"])
+        events.publish_chat(conversation, events.STATUS, turn=turn.number, answer=pending["answer"])
+        events.publish(
+            events.TURN_RUNNABLE,
+            owner_id=conversation.owner_id,
+            conversation_id=conversation.public_id,
+        )
+    return turn
+
+
+# ---------------------------------------------------------------------------
+# Tasks and room
+
+
+def task_start(
+    *, parent: Conversation, title: str, prompt: str = "", script: list | None = None
+) -> Task:
+    title = (title or "").strip()[:120]
+    if not title:
+        raise ConchError("A task needs a title.")
+    with transaction.atomic():
+        chat = conversation_create(
+            owner=parent.owner,
+            title=title,
+            folder=parent.folder,
+            agent=parent.agent,
+            origin=Origin.TASK,
+            mode=parent.mode if parent.mode != Mode.PLAN else Mode.ASK,
+            script=script,
+            parent=parent,
+            taint=parent.taint,
+            place=parent.place,
+        )
+        task = Task.objects.create(parent=parent, chat=chat, title=title, prompt=prompt)
+        events.publish(
+            events.TASK_CHANGED,
+            owner_id=parent.owner_id,
+            conversation_id=parent.public_id,
+            data={"task": task.public_id, "state": task.state},
+        )
+    tasks_make_room()
+    task.refresh_from_db()
+    return task
+
+
+def tasks_make_room() -> list[Task]:
+    """Start queued tasks while the subagent lane has room; the rest wait for room."""
+    started: list[Task] = []
+    with transaction.atomic():
+        running = Task.objects.select_for_update().filter(state=TaskState.RUNNING).count()
+        room = settings.CONCH_SUBAGENT_LANE - running
+        waiting = list(
+            Task.objects.select_for_update(skip_locked=True)
+            .filter(state__in=[TaskState.QUEUED, TaskState.WAITING_FOR_ROOM])
+            .select_related("chat", "parent")
+            .order_by("created_at", "pk")
+        )
+        for task in waiting:
+            if task.chat is None:
+                continue
+            if room > 0 and task.chat.turns.filter(ended_at__isnull=True).exists():
+                # Someone is talking with the task's chat; it starts when that reply ends.
+                continue
+            if room > 0:
+                room -= 1
+                task.state = TaskState.RUNNING
+                task.started_at = timezone.now()
+                task.save(update_fields=["state", "started_at"])
+                parent_turn = task.parent.turns.order_by("-number").first()
+                chat = Conversation.objects.lock(task.chat.pk)
+                _turn_start_locked(
+                    chat,
+                    started_by=StartedBy.TASK,
+                    text=task.prompt or task.title,
+                    chain_id=parent_turn.chain_id if parent_turn else "",
+                    role=EntryRole.CONCH,
+                )
+                started.append(task)
+            elif task.state != TaskState.WAITING_FOR_ROOM:
+                task.state = TaskState.WAITING_FOR_ROOM
+                task.save(update_fields=["state"])
+            else:
+                continue
+            events.publish(
+                events.TASK_CHANGED,
+                owner_id=task.parent.owner_id,
+                conversation_id=task.parent.public_id,
+                data={"task": task.public_id, "state": task.state},
+            )
+    return started
