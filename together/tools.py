@@ -208,11 +208,8 @@ STOP_CHAT = Tool(
 def register_tools() -> None:
     for tool in (LIST_CHATS, WAIT_FOR, MESSAGE_CHAT, STOP_CHAT):
         register(tool)
-    # Reading past chats (together.past), and a web page's words fenced like any outside words.
-    from chats.tools import web
+    # Reading past chats (together.past).
     from together.past import READ_CHAT, SEARCH_CHATS
-    from together.quoting import fence
 
     register(SEARCH_CHATS)
     register(READ_CHAT)
-    web.page_presenter_set(lambda url, text: fence("web-page", text, attrs={"url": url}))

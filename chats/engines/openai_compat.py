@@ -28,8 +28,9 @@ cache keeps matching:
   notes for that reply's start (``data.at == "start"``: other chats in this
   folder, messages from other chats) and any Conch notes written since the
   last place that could carry them (a recap, "started fresh", "stopped by
-  another chat"). Every note is framed as Conch's (``[Conch: …]``); a note
-  that isn't already gets that frame here. A reply that no person started
+  another chat"). Every note is in Conch's frame (``chats.quoting.conch_note``);
+  one that isn't already, and every recap (a model wrote it), goes after a
+  frame here, with any opening of Conch's frame in it written otherwise. A reply that no person started
   (a message from another chat, a wait ending, a task) opens with a user
   message that holds only Conch's framed words: Chat Completions has only
   system, user, assistant and tool roles, and system must stay static. So a
@@ -75,6 +76,7 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from chats.engines.base import Decision, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.quoting import conch_note, is_conch_note, not_as_conch
 from chats.secretbox import SecretsKeyError, secret_readable
 from chats.summarize import SUMMARY_LIMIT, SummaryLine, summarize
 
@@ -134,9 +136,9 @@ ERR_BAD_ARGS = "The model called {tool} with arguments that aren't a JSON object
 ERR_UNKNOWN_TOOL = "The model called a tool this chat isn't offered: {tool}."
 ERR_NO_ROOM = "The model ran out of room before it answered (it stopped at its length limit)."
 
-RECAP_FRAME = "[Conch: the earlier part of this chat, summarized to fit the model's context:]"
-FOREIGN_FRAME = "[Conch: passed on by Conch; the person didn't write this:]"
-EMPTY_START = "[Conch: a new reply started, with nothing new to read.]"
+RECAP_FRAME = conch_note("the earlier part of this chat, summarized to fit the model's context:")
+FOREIGN_FRAME = conch_note("passed on by Conch; the person didn't write this:")
+EMPTY_START = conch_note("a new reply started, with nothing new to read.")
 SUMMARY_SYSTEM = (
     "You summarize the earlier part of a conversation between a person and an assistant that "
     "works in a folder with tools, so the assistant can carry on without it. Keep what was "
@@ -243,10 +245,17 @@ def api_key_for(agent: Agent, config: ModelConfig) -> str:
 # The transcript as messages
 
 
-def conch_framed(text: str, frame: str = FOREIGN_FRAME) -> str:
-    """Conch's words as the model reads them: framed as Conch's, whatever wrote them down."""
+def passed_on(text: str, frame: str = FOREIGN_FRAME) -> str:
+    """Words Conch passes on without having written them (a recap a model wrote, say):
+    after ``frame``, with nothing in them speaking as Conch."""
+    return f"{frame}\n{not_as_conch((text or '').strip())}"
+
+
+def conch_framed(text: str) -> str:
+    """Conch's words as the model reads them: a note in Conch's frame stays as it is; any
+    other words Conch wrote down go after :data:`FOREIGN_FRAME`."""
     text = (text or "").strip()
-    return text if text.startswith("[Conch") else f"{frame}\n{text}"
+    return text if is_conch_note(text) else passed_on(text)
 
 
 def tool_call_id(turn: int | None, step: int) -> str:
@@ -340,7 +349,9 @@ class _Messages:
             return
         # Conch's words (notes, a recap, words it passed on): beside the last tool
         # result if that is where the transcript stands, else held for the next place.
-        text = conch_framed(line.text, RECAP_FRAME if line.kind == "recap" else FOREIGN_FRAME)
+        text = (
+            passed_on(line.text, RECAP_FRAME) if line.kind == "recap" else conch_framed(line.text)
+        )
         if last and last["role"] == "tool":
             last["content"] = f"{last['content']}\n\n{text}"
         else:
@@ -351,7 +362,7 @@ def messages_for(
     system_text: str, lines: Iterable[Line], *, recap: str = ""
 ) -> list[dict[str, Any]]:
     """The request's messages for these transcript lines (see the module's mapping)."""
-    builder = _Messages(system_text, held=[f"{RECAP_FRAME}\n{recap}"] if recap else ())
+    builder = _Messages(system_text, held=[passed_on(recap, RECAP_FRAME)] if recap else ())
     for reply in split_replies(lines):
         builder.reply(reply)
     return builder.out

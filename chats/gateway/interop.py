@@ -19,7 +19,8 @@ entries are inserted in batches.
 An archive brings no trust of its own. Its mode, taint and folder are its
 say-so, and it may have been written by anyone: an imported chat starts in
 Ask mode, tainted at least ``untrusted`` (more if the archive says so), in a
-folder that exists and that the person confirmed or gave. So the import is
+folder that exists and that the person confirmed or gave, and its lines in
+Conch's voice come back with Conch's frame written otherwise. So the import is
 two steps: :func:`sessions_plan` reads and checks everything, writing
 nothing, and :func:`sessions_import` writes what was shown.
 """
@@ -50,6 +51,7 @@ from chats.models import (
     Origin,
     Taint,
 )
+from chats.quoting import not_as_conch
 
 FORMAT_VERSION = 1
 INSERT_BATCH = 1_000
@@ -266,6 +268,8 @@ def _entry_from(line: dict[str, Any], where: str, next_seq: int) -> Entry | None
     kind = conch.get("kind", kind)
     if role not in EntryRole.values or kind not in EntryKind.values:
         raise InteropError(f"{where}: unknown role or kind.")
+    if role == EntryRole.CONCH:
+        text = not_as_conch(text)  # the archive's say-so, never Conch's own frame
     seq = conch.get("seq", next_seq)
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise InteropError(f"{where}: seq must be a positive whole number.")

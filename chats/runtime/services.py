@@ -22,6 +22,7 @@ from django.utils import timezone
 from chats import events, processes
 from chats.engines import engine_for
 from chats.engines.base import Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.limits import LIMITS
 from chats.models import (
     TAINT_ORDER,
     Agent,
@@ -44,14 +45,12 @@ from chats.models import (
     TurnState,
     new_chain_id,
 )
+from chats.quoting import conch_words, known_secrets, not_as_conch, scrub_secrets
 from chats.runtime import hooks
-from chats.secrets import known_secrets, scrub_secrets
 from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered, validate_args
 
 log = logging.getLogger(__name__)
 
-RESULT_LIMIT = 4_000
-STREAM_LIMIT = 20_000  # the most of a reply's live words one event carries
 CONCH_SYSTEM = (
     "You are an assistant working in Conch, in the folder this chat works in. "
     "Use the tools you are offered; say plainly what you changed."
@@ -76,6 +75,8 @@ TASK_STATE_AFTER = {
 ERR_TURN_NOT_RUNNING = "That reply isn't running."
 ERR_NOTHING_TO_APPROVE = "That reply isn't waiting for your OK."
 ERR_EMPTY_MESSAGE = "A message needs some words."
+ERR_TITLE_TOO_LONG = "A chat's title is at most {chars} characters."
+ERR_TITLE_LENGTH = "A chat's title must be 1 to {chars} characters."
 # What a command's step says when the command was ended before it finished.
 ERR_COMMAND_STOPPED = "The reply was stopped, so its command was ended."
 ERR_COMMAND_REPLY_ENDED = "The reply ended, so its command was ended."
@@ -206,8 +207,8 @@ def conversation_create(
     title = (title or "").strip()
     if not title:
         raise ConchError("A chat needs a title.")
-    if len(title) > 120:
-        raise ConchError("A chat's title is at most 120 characters.")
+    if len(title) > LIMITS.title_chars:
+        raise ConchError(ERR_TITLE_TOO_LONG.format(chars=LIMITS.title_chars))
     agent = agent or default_agent()
     folder = folder or agent.workspace
     with transaction.atomic():
@@ -233,8 +234,8 @@ def conversation_create(
 
 def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
     title = (title or "").strip()
-    if not title or len(title) > 120:
-        raise ConchError("A chat's title must be 1 to 120 characters.")
+    if not title or len(title) > LIMITS.title_chars:
+        raise ConchError(ERR_TITLE_LENGTH.format(chars=LIMITS.title_chars))
     with transaction.atomic():
         conversation = _lock_chat(conversation.pk)
         conversation.title = title
@@ -594,8 +595,8 @@ def _text_streamer(turn: Turn, worker: str):
     def push(text: str) -> bool:
         if not _still_mine(turn.pk, worker):
             return False
-        if len(text) > STREAM_LIMIT:
-            text = "…" + text[-STREAM_LIMIT:]
+        if len(text) > LIMITS.stream_chars:
+            text = "…" + text[-LIMITS.stream_chars :]
         events.publish(
             events.REPLY_TEXT,
             owner_id=turn.conversation.owner_id,
@@ -891,8 +892,8 @@ def _run_step(
         except Conversation.DoesNotExist:
             return  # the chat was deleted while the tool ran (its command was ended)
         Step.objects.filter(pk=step.pk).update(
-            result=result_text[:RESULT_LIMIT],
-            error=error[:RESULT_LIMIT],
+            result=result_text[: LIMITS.tool_result_chars],
+            error=error[: LIMITS.tool_result_chars],
             files=changed,
             ended_at=timezone.now(),
         )
@@ -1067,8 +1068,11 @@ def _recover_one(turn: Turn) -> Turn:
                 role=EntryRole.CONCH,
                 kind=EntryKind.NOTE,
                 turn=turn,
-                text=f"Conch restarted while “{cut_off.tool}” was running. It was not run again, "
-                "so the reply stopped here.",
+                text=conch_words(
+                    "Conch restarted while “{tool}” was running. It was not run again, "
+                    "so the reply stopped here.",
+                    tool=cut_off.tool,
+                ),
                 data={"recovery": "interrupted"},
             )
             _turn_end_locked(
@@ -1110,7 +1114,7 @@ def _recover_one(turn: Turn) -> Turn:
 def task_start(
     *, parent: Conversation, title: str, prompt: str = "", script: list | None = None
 ) -> Task:
-    title = (title or "").strip()[:120]
+    title = (title or "").strip()[: LIMITS.title_chars]
     if not title:
         raise ConchError("A task needs a title.")
     with transaction.atomic():
@@ -1166,7 +1170,9 @@ def tasks_make_room() -> list[Task]:
                 _turn_start_locked(
                     chat,
                     started_by=StartedBy.TASK,
-                    text=task.prompt or task.title,
+                    # The prompt is the starting chat's words, passed on by Conch: it
+                    # never opens Conch's own frame.
+                    text=not_as_conch(task.prompt or task.title),
                     chain_id=parent_turn.chain_id if parent_turn else "",
                     role=EntryRole.CONCH,
                 )

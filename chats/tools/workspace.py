@@ -14,7 +14,7 @@ from django.conf import settings
 
 from chats import processes
 from chats.models import Step
-from chats.secrets import known_secrets, scrub_secrets
+from chats.quoting import known_secrets, scrub_secrets
 from chats.tools import sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.registry import (

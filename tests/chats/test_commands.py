@@ -22,9 +22,9 @@ from django.urls import reverse
 
 from chats import processes
 from chats.models import AuthProfile, EntryRole, Step, Turn, TurnState
+from chats.quoting import REDACTED
 from chats.runtime import services
 from chats.runtime.runner import Runner, drain
-from chats.secrets import REDACTED
 from chats.tools import sandbox
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
 from tests.commands import (

@@ -5,11 +5,12 @@ from datetime import timedelta
 from django.utils import timezone
 
 from chats import events
+from chats.limits import LIMITS
 from chats.models import Conversation, Entry, EntryKind, Origin, Status, Taint, Turn
 from chats.runtime import services
 from chats.tools.registry import tools_offered
 from tests.together.conftest import edit, look, write
-from together.listing import LIST_LIMIT, list_chats
+from together.listing import list_chats
 from together.visibility import is_yours, offers_together
 
 
@@ -55,7 +56,7 @@ def test_twelve_at_most_but_every_busy_chat_is_counted(stage):
         chat = stage.chat(f"Busy {n}", [[look(), look()]])
         stage.start(chat)
     look_ = list_chats(conversation=me)
-    assert len(look_.rows) == LIST_LIMIT
+    assert len(look_.rows) == LIMITS.list_chats_rows
     assert look_.working == 15
     assert look_.headline == "Checked on your other chats · 15 working"
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chats.limits import LIMITS
 from chats.models import (
     AuthProfile,
     Conversation,
@@ -603,7 +604,7 @@ def test_every_answer_fits_a_steps_result_whole(owner, agent, reader):
     )
     answers.append(run(past.READ_CHAT, reader, chat=busy.public_id))
     for answer in answers:
-        assert len(answer) <= services.RESULT_LIMIT
+        assert len(answer) <= LIMITS.tool_result_chars
         assert answer.count("</chat-words>") == answer.count("<chat-words ")
         assert answer.rstrip().endswith(("</chat-words>", "]"))
     assert "read_chat with chat" in answers[1] and "offset 1" in answers[1]
