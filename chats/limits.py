@@ -57,6 +57,7 @@ class Limits:
     inbound_text_chars: int = 32_000
     inbound_id_chars: int = 128
     inbound_message_id_chars: int = 200
+    inbound_roles: int = 256  # a member's role ids in one message
     # An inbound message is at most inbound_text_chars of words (six bytes each as
     # \uXXXX escapes) and a few ids; a Telegram Update carrying one is far smaller.
     inbound_body_bytes: int = 1_000_000

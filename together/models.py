@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from chats.limits import LIMITS
 from chats.models import Conversation, Task
 
 
@@ -83,9 +84,9 @@ class ChatMessage(models.Model):
         related_name="messages_received",
     )
     # Kept so a card still reads right once a chat is renamed or deleted.
-    sender_title = models.CharField(max_length=120)
+    sender_title = models.CharField(max_length=LIMITS.title_chars)
     sender_public_id = models.CharField(max_length=32)
-    receiver_title = models.CharField(max_length=120)
+    receiver_title = models.CharField(max_length=LIMITS.title_chars)
     receiver_public_id = models.CharField(max_length=32)
     text = models.TextField(help_text="The words, with secrets taken out as they were sent.")
     words_key = models.CharField(
@@ -147,7 +148,7 @@ class Wait(models.Model):
     target_public_id = models.CharField(
         max_length=32, help_text="The chat or task waited for, by id."
     )
-    target_title = models.CharField(max_length=120)
+    target_title = models.CharField(max_length=LIMITS.title_chars)
     chain_id = models.CharField(max_length=40, blank=True)
     waiter_taint_at_start = models.CharField(max_length=16, default="none")
     state = models.CharField(max_length=16, choices=WaitState.choices, default=WaitState.WAITING)

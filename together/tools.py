@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 
 from chats import events
+from chats.limits import LIMITS
 from chats.models import EntryKind, EntryRole
 from chats.runtime.services import entry_append
 from chats.tools.registry import (
@@ -153,7 +154,7 @@ WAIT_FOR = Tool(
         "type": "object",
         "properties": {
             "kind": {"type": "string", "enum": ["chat", "task"]},
-            "id": {"type": "string", "minLength": 1, "maxLength": 40},
+            "id": {"type": "string", "minLength": 1, "maxLength": LIMITS.id_chars},
         },
         "required": ["kind", "id"],
         "additionalProperties": False,
@@ -173,8 +174,8 @@ MESSAGE_CHAT = Tool(
     schema={
         "type": "object",
         "properties": {
-            "chat": {"type": "string", "minLength": 1, "maxLength": 40},
-            "text": {"type": "string", "minLength": 1, "maxLength": 8000},
+            "chat": {"type": "string", "minLength": 1, "maxLength": LIMITS.id_chars},
+            "text": {"type": "string", "minLength": 1, "maxLength": LIMITS.message_chars},
             "start_reply": {"type": "boolean", "default": False},
         },
         "required": ["chat", "text"],
@@ -191,8 +192,8 @@ STOP_CHAT = Tool(
     schema={
         "type": "object",
         "properties": {
-            "chat": {"type": "string", "minLength": 1, "maxLength": 40},
-            "reason": {"type": "string", "minLength": 1, "maxLength": 300},
+            "chat": {"type": "string", "minLength": 1, "maxLength": LIMITS.id_chars},
+            "reason": {"type": "string", "minLength": 1, "maxLength": LIMITS.stop_reason_chars},
         },
         "required": ["chat", "reason"],
         "additionalProperties": False,

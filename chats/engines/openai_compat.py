@@ -76,9 +76,10 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 
 from chats.engines.base import Decision, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.limits import LIMITS
 from chats.quoting import conch_note, is_conch_note, not_as_conch
 from chats.secretbox import SecretsKeyError, secret_readable
-from chats.summarize import SUMMARY_LIMIT, SummaryLine, summarize
+from chats.summarize import SummaryLine, summarize
 
 if TYPE_CHECKING:
     from chats.models import Agent
@@ -722,7 +723,7 @@ class OpenAICompatEngine:
         if kept.get("key") == key:
             recap = kept["text"]
         else:
-            limit = min(SUMMARY_LIMIT, recap_room * CHARS_PER_TOKEN)
+            limit = min(LIMITS.summary_chars, recap_room * CHARS_PER_TOKEN)
             recap = _recap(given.conversation.agent, key, folded, limit)
         messages = messages_for(
             system, [line for reply in replies[cut:] for line in reply], recap=recap
@@ -749,7 +750,7 @@ class ModelSummarizer:
         self.config = ModelConfig.of(agent)
         self.key = api_key_for(agent, self.config)
 
-    def summarize(self, lines: Iterable[SummaryLine], *, limit: int = SUMMARY_LIMIT) -> str:
+    def summarize(self, lines: Iterable[SummaryLine], *, limit: int = LIMITS.summary_chars) -> str:
         budget = max(
             2_000,
             (self.config.context_tokens - self.config.reserve_tokens - 300) * CHARS_PER_TOKEN,

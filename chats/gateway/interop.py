@@ -40,6 +40,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from chats.gateway.models import SessionOrigin
+from chats.limits import LIMITS
 from chats.models import (
     TAINT_ORDER,
     Agent,
@@ -319,7 +320,8 @@ class PlannedSession:
 
     @property
     def title(self) -> str:
-        return str(self.item.get("title") or self.item.get("sessionKey") or self.session_id)[:120]
+        title = self.item.get("title") or self.item.get("sessionKey") or self.session_id
+        return str(title)[: LIMITS.title_chars]
 
 
 @dataclass

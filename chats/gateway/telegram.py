@@ -19,11 +19,11 @@ from django.conf import settings
 from chats.gateway.inbound import Inbound, InboundError, inbound_parse, text_check
 from chats.gateway.models import ChannelAccount, ChatType, OutboxMessage
 from chats.gateway.outbox import DeliveryError, outbox_part_sent
+from chats.limits import LIMITS
 from chats.secretbox import SecretsKeyError, secret_readable
 
 CHANNEL = "telegram"
 DEFAULT_API_BASE = "https://api.telegram.org"
-MESSAGE_LIMIT = 4096
 TIMEOUT = 15.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
@@ -108,8 +108,8 @@ def telegram_inbound(update: Any, *, account_id: str) -> tuple[Inbound, dict[str
     return inbound_parse(payload), reply_to
 
 
-def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """Telegram takes 4096 characters a message: cut at line ends where possible."""
+def split_message(text: str, limit: int = LIMITS.telegram_message_chars) -> list[str]:
+    """Telegram takes so many characters a message (its own bound): cut at line ends where possible."""
     parts = []
     rest = text
     while len(rest) > limit:

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 
+from chats.limits import LIMITS
 from chats.models import Origin, Task, TaskState
 from chats.runtime import hooks
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
@@ -103,7 +104,7 @@ def register_tools() -> None:
             schema={
                 "type": "object",
                 "properties": {
-                    "title": {"type": "string", "minLength": 1, "maxLength": 120},
+                    "title": {"type": "string", "minLength": 1, "maxLength": LIMITS.title_chars},
                     "prompt": {"type": "string"},
                     "script": {
                         "type": "array",

@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from chats import processes
+from chats.limits import LIMITS
 from chats.models import Step
 from chats.quoting import known_secrets, scrub_secrets
 from chats.tools import sandbox
@@ -28,8 +29,6 @@ from chats.tools.registry import (
     register,
 )
 
-READ_LIMIT = 200_000
-LIST_LIMIT = 500
 # After a command's group is ended, how long to collect what it printed.
 AFTER_KILL_SECONDS = 2.0
 # How often a running command looks whether its reply was stopped in another process.
@@ -132,12 +131,12 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             raise ToolError(f"{path!r} is a folder; use list_files.")
         if not stat.S_ISREG(mode):  # a pipe or a device would hang the reply, or never end
             raise ToolError(f"{path!r} is not a regular file.")
-        data = _read_all(fd, READ_LIMIT)
+        data = _read_all(fd, LIMITS.file_read_bytes)
     finally:
         os.close(fd)
-    text = data[:READ_LIMIT].decode("utf-8", errors="replace")
-    if len(data) > READ_LIMIT:
-        text += f"\n… (cut at {READ_LIMIT} bytes)"
+    text = data[: LIMITS.file_read_bytes].decode("utf-8", errors="replace")
+    if len(data) > LIMITS.file_read_bytes:
+        text += f"\n… (cut at {LIMITS.file_read_bytes} bytes)"
     return ToolResult(text)
 
 
@@ -234,8 +233,8 @@ def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         names = []
         for entry in entries:
             names.append(entry.name + ("/" if entry.is_dir() else ""))
-            if len(names) >= LIST_LIMIT:
-                names.append(f"… (first {LIST_LIMIT} shown)")
+            if len(names) >= LIMITS.folder_list_names:
+                names.append(f"… (first {LIMITS.folder_list_names} shown)")
                 break
     finally:
         os.close(fd)

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chats.limits import LIMITS
 from chats.models import TurnState
 from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
-from chats.tools.workspace import READ_LIMIT, confine
+from chats.tools.workspace import confine
 from tests.factories import ConversationFactory, TurnFactory
 
 PATH_TOOLS = {
@@ -408,8 +409,8 @@ def test_a_pipe_in_the_folder_is_refused_rather_than_hanging_the_reply(ctx, work
 
 
 def test_reading_a_big_file_gives_its_start_and_says_where_it_was_cut(ctx, workspace):
-    (workspace / "big.txt").write_bytes(b"a" * (READ_LIMIT + 10_000))
+    (workspace / "big.txt").write_bytes(b"a" * (LIMITS.file_read_bytes + 10_000))
 
     text = run("read_file", ctx, path="big.txt").text
 
-    assert text == "a" * READ_LIMIT + f"\n… (cut at {READ_LIMIT} bytes)"
+    assert text == "a" * LIMITS.file_read_bytes + f"\n… (cut at {LIMITS.file_read_bytes} bytes)"

@@ -13,9 +13,10 @@ import pytest
 from django.test import Client
 
 from chats.gateway.models import DmScope
-from chats.gateway.playground import MAX_LOG, PALETTE, SESSION_KEY
+from chats.gateway.playground import PALETTE, SESSION_KEY
 from chats.gateway.routing import ERR_TIE
 from chats.gateway.selectors import gateway_config
+from chats.limits import LIMITS
 from chats.models import Binding
 
 pytestmark = pytest.mark.django_db
@@ -390,13 +391,13 @@ def test_a_fresh_playground_starts_at_the_gateways_dm_scope(play):
 
 
 def test_the_log_keeps_the_latest_messages_only(play):
-    for _ in range(MAX_LOG + 5):
+    for _ in range(LIMITS.playground_log_messages + 5):
         play.fire("bob-whatsapp")
 
     state = play.client.session[SESSION_KEY]
 
-    assert len(state["log"]) == MAX_LOG
-    assert state["log"][-1]["n"] == MAX_LOG + 5
+    assert len(state["log"]) == LIMITS.playground_log_messages
+    assert state["log"][-1]["n"] == LIMITS.playground_log_messages + 5
 
 
 def test_a_playground_the_session_cannot_read_starts_afresh(play):
