@@ -2,14 +2,13 @@
 
 The webhook is ``POST /gateway/telegram/<account>``; Telegram sends the
 secret given to ``setWebhook`` in ``X-Telegram-Bot-Api-Secret-Token``, which
-is checked against its digest. ``CONCH_TELEGRAM_API_BASE`` (setting or
-environment) points the sender elsewhere, e.g. at a test's loopback server.
+is checked against its digest. ``CONCH_TELEGRAM_API_BASE`` (a setting,
+from the environment) points the sender elsewhere, e.g. at a test's loopback server.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from typing import Any
@@ -23,18 +22,12 @@ from chats.limits import LIMITS
 from chats.secretbox import SecretsKeyError, secret_readable
 
 CHANNEL = "telegram"
-DEFAULT_API_BASE = "https://api.telegram.org"
 TIMEOUT = 15.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
 
 def api_base() -> str:
-    base = (
-        getattr(settings, "CONCH_TELEGRAM_API_BASE", None)
-        or os.environ.get("CONCH_TELEGRAM_API_BASE")
-        or DEFAULT_API_BASE
-    )
-    return base.rstrip("/")
+    return settings.CONCH_TELEGRAM_API_BASE.rstrip("/")
 
 
 def _int_field(value: Any, name: str) -> int:
