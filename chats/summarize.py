@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from chats.limits import LIMITS
+from chats.models import EntryKind, EntryRole
 
 if TYPE_CHECKING:
     from chats.models import Agent
@@ -26,7 +27,12 @@ log = logging.getLogger(__name__)
 HEAD_LINES = 8
 TAIL_LINES = 12
 
-ROLE_WORDS = {"person": "Person", "assistant": "Assistant", "tool": "Tool", "conch": "Conch"}
+ROLE_WORDS = {
+    EntryRole.PERSON: "Person",
+    EntryRole.ASSISTANT: "Assistant",
+    EntryRole.TOOL: "Tool",
+    EntryRole.CONCH: "Conch",
+}
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _SPACE = re.compile(r"\s+")
 
@@ -69,7 +75,7 @@ class ExtractiveSummarizer:
         total = 0
         earlier_recaps: list[str] = []
         for line in lines:
-            if line.kind == "recap":
+            if line.kind == EntryKind.RECAP:
                 # An earlier recap is already a summary: keep its words, once.
                 earlier_recaps.append(_first_sentence(line.text.split("\n", 2)[-1]))
                 continue

@@ -21,7 +21,7 @@ from chats.quoting import plain, plain_path
 from chats.runtime.selectors import ChatSnapshot, chats_snapshot
 from chats.tools.registry import THINKING
 from together.places import for_person, same_place, shown_path
-from together.visibility import is_yours, yours_q
+from together.visibility import NOT_YOURS_ORIGINS, is_yours, yours_q
 
 RECENT = timedelta(days=3)
 WHICH = ("all", "working")
@@ -107,7 +107,7 @@ def list_chats(
         for s in chats_snapshot(owner_id=owner_id, working=True)
         if s.pk != conversation.pk
         and s.status == Status.WORKING
-        and s.origin not in ("peer", "client", "artifact")
+        and s.origin not in NOT_YOURS_ORIGINS
         and s.taint != Taint.PERSON
     ]
     busy.sort(key=lambda s: s.reply.started_at if s.reply else s.last_interaction_at, reverse=True)

@@ -28,6 +28,7 @@ from chats.models import (
     EntryKind,
     EntryRole,
     Inbound,
+    Mode,
     Origin,
     StartedBy,
     Taint,
@@ -472,7 +473,7 @@ def on_delete(conversations: list[Conversation]) -> None:
 
 def stop_asks_first(conversation: Conversation) -> bool:
     """Ask the person first in Ask mode, or once the asking chat has read something from outside."""
-    return conversation.mode == "ask" or conversation.taint != Taint.NONE
+    return conversation.mode == Mode.ASK or conversation.taint != Taint.NONE
 
 
 def stop_chat(*, sender: Conversation, turn: Turn, chat_id: str, reason: str) -> str:

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from chats.limits import LIMITS
-from chats.models import Conversation, Task
+from chats.models import Conversation, Taint, Task
 
 
 def new_message_id() -> str:
@@ -93,7 +93,7 @@ class ChatMessage(models.Model):
         max_length=64, db_index=True, help_text="For the same words to the same chat."
     )
     start_reply = models.BooleanField(default=False)
-    sender_taint = models.CharField(max_length=16, default="none")
+    sender_taint = models.CharField(max_length=16, default=Taint.NONE)
     state = models.CharField(
         max_length=16, choices=MessageState.choices, default=MessageState.WAITING
     )
@@ -150,7 +150,7 @@ class Wait(models.Model):
     )
     target_title = models.CharField(max_length=LIMITS.title_chars)
     chain_id = models.CharField(max_length=40, blank=True)
-    waiter_taint_at_start = models.CharField(max_length=16, default="none")
+    waiter_taint_at_start = models.CharField(max_length=16, default=Taint.NONE)
     state = models.CharField(max_length=16, choices=WaitState.choices, default=WaitState.WAITING)
     outcome = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -162,7 +162,7 @@ class Wait(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["waiter", "kind", "target_public_id"],
-                condition=Q(state="waiting"),
+                condition=Q(state=WaitState.WAITING),
                 name="one_wait_per_target",
             ),
         ]

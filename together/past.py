@@ -44,6 +44,7 @@ from chats.limits import LIMITS
 from chats.models import (
     TAINT_ORDER,
     Conversation,
+    Effect,
     Entry,
     EntryKind,
     EntryRole,
@@ -631,7 +632,7 @@ SEARCH_CHATS = Tool(
         "additionalProperties": False,
     },
     family=LOOKING_AT_CHATS,
-    effect="read",
+    effect=Effect.READ,
     run=_search_chats,
     offered=offers_together,
 )
@@ -662,7 +663,7 @@ READ_CHAT = Tool(
         "additionalProperties": False,
     },
     family=LOOKING_AT_CHATS,
-    effect="read",
+    effect=Effect.READ,
     run=_read_chat,
     offered=offers_together,
 )

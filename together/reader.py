@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chats.limits import LIMITS
-from chats.models import Turn, TurnState
+from chats.models import Taint, Turn, TurnState
 from chats.quoting import NOTHING, Said, conch_note, conch_words, named, plain_list, plain_path
 from chats.runtime.hooks import Note
 from chats.runtime.selectors import WorkingPlace, working_places
@@ -78,7 +78,7 @@ def shared_file_line(other: WorkingPlace, path: str) -> str:
 def reader(turn: Turn, at_start: bool) -> list[Note]:
     """The notes about other chats for this turn, now. Precondition: ``turn`` was just loaded."""
     me = turn.conversation
-    if me.taint == "person" or me.origin in NOT_YOURS_ORIGINS:
+    if me.taint == Taint.PERSON or me.origin in NOT_YOURS_ORIGINS:
         return []  # a chat with someone else in it is told nothing
     said = dict(turn.notes_said or {})
     said_keys = set(said.get("keys", []))
@@ -91,7 +91,7 @@ def reader(turn: Turn, at_start: bool) -> list[Note]:
     for other in working_places(owner_id=me.owner_id):
         if other.pk == me.pk or other.state not in STILL_GOING:
             continue
-        if other.origin in NOT_YOURS_ORIGINS or other.taint == "person":
+        if other.origin in NOT_YOURS_ORIGINS or other.taint == Taint.PERSON:
             continue  # nothing about a chat that isn't yours reaches anyone
         chat_key = f"chat:{other.id}"
         changing = bool(other.files_changed) or other.family in CHANGING_FAMILIES

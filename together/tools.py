@@ -8,7 +8,7 @@ from django.db import transaction
 
 from chats import events
 from chats.limits import LIMITS
-from chats.models import EntryKind, EntryRole
+from chats.models import Effect, EntryKind, EntryRole
 from chats.runtime.services import entry_append
 from chats.tools.registry import (
     LOOKING_AT_CHATS,
@@ -81,7 +81,7 @@ LIST_CHATS = Tool(
         "additionalProperties": False,
     },
     family=LOOKING_AT_CHATS,
-    effect="read",
+    effect=Effect.READ,
     run=_list_chats,
     offered=offers_together,
 )
@@ -160,7 +160,7 @@ WAIT_FOR = Tool(
         "additionalProperties": False,
     },
     family=WAITING,
-    effect="read",
+    effect=Effect.READ,
     run=_wait_for,
     offered=offers_together,
 )
@@ -182,7 +182,7 @@ MESSAGE_CHAT = Tool(
         "additionalProperties": False,
     },
     family=MESSAGING_A_CHAT,
-    effect="write",
+    effect=Effect.WRITE,
     run=_message_chat,
     offered=offers_together,
 )
@@ -199,7 +199,7 @@ STOP_CHAT = Tool(
         "additionalProperties": False,
     },
     family=MESSAGING_A_CHAT,
-    effect="write",
+    effect=Effect.WRITE,
     run=_stop_chat,
     offered=offers_together,
     asks_first=_stop_asks_first,

@@ -75,8 +75,19 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from chats.engines.base import Decision, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.engines.base import (
+    STEP,
+    Decision,
+    End,
+    EngineError,
+    EngineInput,
+    Fail,
+    Line,
+    Say,
+    ToolCall,
+)
 from chats.limits import LIMITS
+from chats.models import EntryKind, EntryRole
 from chats.quoting import conch_note, is_conch_note, not_as_conch
 from chats.secretbox import SecretsKeyError, secret_readable
 from chats.summarize import SummaryLine, summarize
@@ -298,17 +309,24 @@ class _Messages:
         if turn is not None:
             prompt = None
             first = rest[0]
-            if first.kind == "message" and first.role in ("person", "conch"):
+            if first.kind == EntryKind.MESSAGE and first.role in (
+                EntryRole.PERSON,
+                EntryRole.CONCH,
+            ):
                 prompt = rest.pop(0)
             start_notes = [
                 line
                 for line in rest
-                if line.turn == turn and line.kind == "note" and line.data.get("at") == "start"
+                if line.turn == turn
+                and line.kind == EntryKind.NOTE
+                and line.data.get("at") == "start"
             ]
             rest = [line for line in rest if line not in start_notes]
             parts = [*self.held, *(conch_framed(n.text) for n in start_notes)]
             if prompt is not None:
-                parts.append(prompt.text if prompt.role == "person" else conch_framed(prompt.text))
+                parts.append(
+                    prompt.text if prompt.role == EntryRole.PERSON else conch_framed(prompt.text)
+                )
             self.held = []
             self.out.append({"role": "user", "content": "\n\n".join(parts) or EMPTY_START})
         for line in rest:
@@ -316,9 +334,9 @@ class _Messages:
 
     def line(self, line: Line) -> None:
         last = self.out[-1] if self.out else None
-        if line.kind == "card":
+        if line.kind == EntryKind.CARD:
             return
-        if line.kind == "step":
+        if line.kind == STEP:
             call = {
                 "id": tool_call_id(line.turn, int(line.data.get("step") or 0)),
                 "type": "function",
@@ -337,13 +355,13 @@ class _Messages:
             self.held = []
             self.out.append({"role": "tool", "tool_call_id": call["id"], "content": content})
             return
-        if line.role == "assistant":
+        if line.role == EntryRole.ASSISTANT:
             if last and last["role"] == "assistant" and not last.get("tool_calls"):
                 last["content"] = f"{last['content']}\n\n{line.text}"
             else:
                 self.out.append({"role": "assistant", "content": line.text})
             return
-        if line.role == "person":
+        if line.role == EntryRole.PERSON:
             parts = [*self.held, line.text]
             self.held = []
             self.out.append({"role": "user", "content": "\n\n".join(parts)})
@@ -351,7 +369,9 @@ class _Messages:
         # Conch's words (notes, a recap, words it passed on): beside the last tool
         # result if that is where the transcript stands, else held for the next place.
         text = (
-            passed_on(line.text, RECAP_FRAME) if line.kind == "recap" else conch_framed(line.text)
+            passed_on(line.text, RECAP_FRAME)
+            if line.kind == EntryKind.RECAP
+            else conch_framed(line.text)
         )
         if last and last["role"] == "tool":
             last["content"] = f"{last['content']}\n\n{text}"
@@ -400,10 +420,10 @@ def choose_cut(sizes: Sequence[int], room: int) -> int | None:
 
 
 def _summary_text(line: Line) -> SummaryLine:
-    if line.kind == "step":
+    if line.kind == STEP:
         args = json.dumps(line.data.get("args") or {}, ensure_ascii=False, sort_keys=True)
         said = f"{line.data.get('tool', '')}({args[:300]}) → {_step_result(line)[:500]}"
-        return SummaryLine("tool", "step", said)
+        return SummaryLine(EntryRole.TOOL, STEP, said)
     return SummaryLine(line.role, line.kind, line.text)
 
 

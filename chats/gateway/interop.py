@@ -502,7 +502,7 @@ def _import_one(
             owner=owner,
             agent=agent,
             title=planned.title,
-            origin=item.get("origin") or "own",
+            origin=item.get("origin") or Origin.OWN,
             origin_channel=str(item.get("originChannel") or "")[:32],
             folder=str(planned.folder),
             archived=archived,

@@ -21,7 +21,17 @@ from django.utils import timezone
 
 from chats import events, processes
 from chats.engines import engine_for
-from chats.engines.base import Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.engines.base import (
+    STEP,
+    Ask,
+    End,
+    EngineError,
+    EngineInput,
+    Fail,
+    Line,
+    Say,
+    ToolCall,
+)
 from chats.limits import LIMITS
 from chats.models import (
     TAINT_ORDER,
@@ -561,7 +571,7 @@ def _transcript_loader(conversation: Conversation):
                 s.started_at,
                 Line(
                     role=EntryRole.TOOL,
-                    kind="step",
+                    kind=STEP,
                     text=s.error or s.result,
                     data={"tool": s.tool, "args": s.args, "step": s.number, "error": bool(s.error)},
                     turn=numbers.get(s.turn_id),

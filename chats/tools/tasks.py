@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 
 from chats.limits import LIMITS
-from chats.models import Origin, Task, TaskState
+from chats.models import Effect, Origin, Task, TaskState
 from chats.runtime import hooks
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
 
@@ -115,7 +115,7 @@ def register_tools() -> None:
                 "additionalProperties": False,
             },
             family=STARTING_A_TASK,
-            effect="write",
+            effect=Effect.WRITE,
             run=_start_background_task,
             offered=_may_start_tasks,
         )
@@ -126,7 +126,7 @@ def register_tools() -> None:
             description="How much room there is for tasks, and what each task this chat started is doing.",
             schema={"type": "object", "properties": {}, "additionalProperties": False},
             family=CHECKING_TASKS,
-            effect="read",
+            effect=Effect.READ,
             run=_task_status,
         )
     )

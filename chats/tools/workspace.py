@@ -14,7 +14,7 @@ from django.conf import settings
 
 from chats import processes
 from chats.limits import LIMITS
-from chats.models import Step
+from chats.models import Effect, Step
 from chats.quoting import known_secrets, scrub_secrets
 from chats.tools import sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
@@ -411,7 +411,7 @@ READ_FILE = register(
         description="Read a text file in this chat's folder.",
         schema=_path_schema(),
         family=READING_FILES,
-        effect="read",
+        effect=Effect.READ,
         run=_read_file,
     )
 )
@@ -421,7 +421,7 @@ WRITE_FILE = register(
         description="Create or replace a file in this chat's folder.",
         schema=_path_schema({"content": {"type": "string"}}, ("path", "content")),
         family=EDITING_FILES,
-        effect="write",
+        effect=Effect.WRITE,
         run=_write_file,
         asks_in_ask_mode=True,
     )
@@ -439,7 +439,7 @@ EDIT_FILE = register(
             ("path", "old", "new"),
         ),
         family=EDITING_FILES,
-        effect="write",
+        effect=Effect.WRITE,
         run=_edit_file,
         asks_in_ask_mode=True,
     )
@@ -450,7 +450,7 @@ LIST_FILES = register(
         description="List a folder inside this chat's folder.",
         schema=_path_schema(required=()),
         family=READING_FILES,
-        effect="read",
+        effect=Effect.READ,
         run=_list_files,
     )
 )
@@ -468,7 +468,7 @@ RUN_COMMAND = register(
             "additionalProperties": False,
         },
         family=RUNNING_A_COMMAND,
-        effect="write",
+        effect=Effect.WRITE,
         run=_run_command,
         asks_in_ask_mode=True,
     )
