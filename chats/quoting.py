@@ -1,26 +1,17 @@
-"""Every word from outside Conch's own code, made safe here; every Conch frame built here.
+"""Every word from outside Conch's own code is made safe here, and every one of Conch's frames is built here.
 
-Three shapes:
+- :func:`conch_note` builds Conch's frame: its fixed words are a literal in
+  the caller's code, and every value put into them is made plain unless it
+  came from here already (:class:`Said`), so no caller can frame an unquoted word.
+- :func:`plain` makes a title, a file name, an address or a reason fit for
+  inside the frame: no brackets or quotes of any kind, no invisibles, one line.
+- :func:`fence` puts longer words after the frame: secrets out before the cut,
+  and nothing inside can close the fence or open Conch's frame.
 
-- :func:`conch_note` builds Conch's frame (the opener :data:`FRAME_OPENER`,
-  Conch's own words, a closing bracket). Its fixed words are a literal in the
-  caller's code; every value put into them goes through :func:`plain` unless it
-  already came from here (:func:`plain`, :func:`named`, :func:`conch_words`),
-  so no caller can put an unquoted word inside the frame.
-- :func:`plain` for a title, a file name, an address or a reason inside that
-  frame: brackets and quotes of every kind, angle brackets, control,
-  zero-width and bidi characters are taken out, so nothing can end the frame
-  early or open one that looks like it.
-- :func:`fence` for longer words (a last reply, a message, a page), put after
-  the frame: secrets are taken out *before* the text is cut, then angle
-  brackets and anything that would open Conch's frame are written otherwise,
-  so nothing inside can close the fence or speak as Conch.
-
-What counts as a bracket, and as Conch's voice, is decided in
-:func:`_is_bracket` and :func:`_opens_conch_voice`, on NFKC-folded characters:
-that is the one place to make lookalike handling stricter (a confusables
-skeleton, say). The secret shapes live here too, so the runtime scrubs a
-step's arguments with the same rules.
+Brackets and Conch's voice are judged in :func:`_is_bracket` and
+:func:`_opens_conch_voice`, on NFKC-folded characters: the one place to make
+lookalike handling stricter (a confusables skeleton, say). The secret shapes
+live here too, so a step's stored arguments are scrubbed by the same rules.
 """
 
 from __future__ import annotations
@@ -69,8 +60,8 @@ _VOICE = "conch"  # what follows an opening bracket when Conch speaks, folded
 class Said(str):
     """Words safe to stand inside Conch's frame as they are.
 
-    Made only by :func:`plain`, :func:`named` and :func:`conch_words`; any
-    other text put into a frame is made plain first. Anything built from a
+    Made only in this module (:func:`plain` and its kin, :func:`named`,
+    :func:`conch_words`); any other text put into a frame is made plain first. Anything built from a
     ``Said`` (an f-string, ``+``) is an ordinary ``str`` again, so it is
     quoted again: joining never smuggles words past the check.
     """
