@@ -1180,7 +1180,7 @@ def tasks_make_room() -> list[Task]:
                 _turn_start_locked(
                     chat,
                     started_by=StartedBy.TASK,
-                    # The prompt is the starting chat's words, passed on by Conch: it
+                    # The prompt is the starting chat's words, which Conch passes on; it
                     # never opens Conch's own frame.
                     text=not_as_conch(task.prompt or task.title),
                     chain_id=parent_turn.chain_id if parent_turn else "",
