@@ -7,6 +7,7 @@ hostile text (hypothesis), not only to examples.
 from __future__ import annotations
 
 import unicodedata
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -238,3 +239,21 @@ def test_known_password_values_are_scrubbed_wherever_they_appear():
         scrub_secrets("the value is correct-horse", known=("correct-horse",))
         == f"the value is {REDACTED}"
     )
+
+
+# ---------------------------------------------------------------------------
+# One builder
+
+
+def test_only_the_quoting_module_writes_conchs_frame():
+    repo = Path(__file__).resolve().parents[2]
+    quoting = repo / "chats" / "quoting.py"
+    hand_built = [
+        f"{path.relative_to(repo)}:{n}"
+        for package in ("conch", "chats", "together")
+        for path in sorted((repo / package).rglob("*.py"))
+        if path != quoting
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if "[Conch" in line
+    ]
+    assert hand_built == []
