@@ -40,7 +40,7 @@ class _Line:
 
 
 def _files_words(files: list[str]) -> Said:
-    """ ", changing a.py, b.py and 2 more": each name plain, the joining words Conch's."""
+    """What another chat is changing, as Conch says it: each name plain, the joining words Conch's."""
     if not files:
         return NOTHING
     names = plain_list(files[:3], limit=LIMITS.name_chars)
