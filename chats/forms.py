@@ -6,6 +6,7 @@ from pathlib import Path
 
 from django import forms
 
+from chats.limits import LIMITS
 from chats.models import Agent, Mode
 from chats.secretbox import SecretsKeyError, secret_seal
 
@@ -16,7 +17,7 @@ ERR_FOLDER_RELATIVE = "Give the full path of the folder, such as ~/src/app or /s
 
 class NewChatForm(forms.Form):
     title = forms.CharField(
-        max_length=120,
+        max_length=LIMITS.title_chars,
         widget=forms.TextInput(attrs={"placeholder": "Fix the login bug", "autocomplete": "off"}),
     )
     folder = forms.CharField(

@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from chats.limits import LIMITS
 from chats.secretbox import EncryptedTextField, secret_masked
 
 
@@ -175,7 +176,7 @@ class Conversation(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="chats"
     )
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="chats")
-    title = models.CharField(max_length=120)
+    title = models.CharField(max_length=LIMITS.title_chars)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.IDLE)
     origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.OWN)
     origin_channel = models.CharField(
@@ -461,7 +462,7 @@ class Task(models.Model):
     chat = models.OneToOneField(
         Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="task_record"
     )
-    title = models.CharField(max_length=120)
+    title = models.CharField(max_length=LIMITS.title_chars)
     prompt = models.TextField(blank=True)
     state = models.CharField(max_length=20, choices=TaskState.choices, default=TaskState.QUEUED)
     result = models.TextField(blank=True)

@@ -16,17 +16,23 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from chats.limits import LIMITS
+from chats.models import EntryKind, EntryRole
+
 if TYPE_CHECKING:
     from chats.models import Agent
 
 log = logging.getLogger(__name__)
 
-SUMMARY_LIMIT = 4_000
-LINE_LIMIT = 200
 HEAD_LINES = 8
 TAIL_LINES = 12
 
-ROLE_WORDS = {"person": "Person", "assistant": "Assistant", "tool": "Tool", "conch": "Conch"}
+ROLE_WORDS = {
+    EntryRole.PERSON: "Person",
+    EntryRole.ASSISTANT: "Assistant",
+    EntryRole.TOOL: "Tool",
+    EntryRole.CONCH: "Conch",
+}
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _SPACE = re.compile(r"\s+")
 
@@ -41,14 +47,16 @@ class SummaryLine:
 class Summarizer(Protocol):
     name: str
 
-    def summarize(self, lines: Iterable[SummaryLine], *, limit: int = SUMMARY_LIMIT) -> str: ...
+    def summarize(
+        self, lines: Iterable[SummaryLine], *, limit: int = LIMITS.summary_chars
+    ) -> str: ...
 
 
 def _first_sentence(text: str) -> str:
     text = _SPACE.sub(" ", text).strip()
     first = _SENTENCE_END.split(text, maxsplit=1)[0]
-    if len(first) > LINE_LIMIT:
-        first = first[: LINE_LIMIT - 1].rstrip() + "…"
+    if len(first) > LIMITS.summary_line_chars:
+        first = first[: LIMITS.summary_line_chars - 1].rstrip() + "…"
     return first
 
 
@@ -60,14 +68,14 @@ class ExtractiveSummarizer:
 
     name = "extractive"
 
-    def summarize(self, lines: Iterable[SummaryLine], *, limit: int = SUMMARY_LIMIT) -> str:
+    def summarize(self, lines: Iterable[SummaryLine], *, limit: int = LIMITS.summary_chars) -> str:
         head: list[str] = []
         tail: deque[str] = deque(maxlen=TAIL_LINES)
         roles: Counter[str] = Counter()
         total = 0
         earlier_recaps: list[str] = []
         for line in lines:
-            if line.kind == "recap":
+            if line.kind == EntryKind.RECAP:
                 # An earlier recap is already a summary: keep its words, once.
                 earlier_recaps.append(_first_sentence(line.text.split("\n", 2)[-1]))
                 continue
@@ -122,7 +130,7 @@ def summarize(
     read: Callable[[], Iterable[SummaryLine]],
     *,
     agent: Agent | None = None,
-    limit: int = SUMMARY_LIMIT,
+    limit: int = LIMITS.summary_chars,
 ) -> tuple[str, str]:
     """The recap's text and the summarizer's name.
 

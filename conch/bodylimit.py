@@ -3,7 +3,7 @@
 Django's ASGI handler spools a request's whole body to a temporary file
 before any view runs, so a view's own limit (the gateway's doors take at
 most 1 MB) comes after the disk has filled. Conch takes no uploads: this
-refuses a body over :data:`REQUEST_BODY_LIMIT` as it arrives, from its
+refuses a body over ``LIMITS.request_body_bytes`` as it arrives, from its
 declared length or, when it has none or lies, from what has been read.
 """
 
@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 
-REQUEST_BODY_LIMIT = 2 * 1024 * 1024
-ERR_TOO_LARGE = f"is too large: at most {REQUEST_BODY_LIMIT:,} bytes."
+from chats.limits import LIMITS
+
+ERR_TOO_LARGE = f"is too large: at most {LIMITS.request_body_bytes:,} bytes."
 ERR_BAD_LENGTH = "has a Content-Length that is not a whole number."
 
 
@@ -46,7 +47,7 @@ async def _refuse(send, status: int, error: str) -> None:
 class BodyLimit:
     """ASGI middleware: a 413 for a body over ``limit`` bytes, read no further than that."""
 
-    def __init__(self, app, limit: int = REQUEST_BODY_LIMIT) -> None:
+    def __init__(self, app, limit: int = LIMITS.request_body_bytes) -> None:
         self.app = app
         self.limit = limit
 

@@ -12,6 +12,8 @@ import os
 import secrets
 import stat
 from pathlib import Path
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -59,6 +61,31 @@ def envfloat(name: str, default: float, *, minimum: float = 0.0) -> float:
     if number < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum} (got {number}).")
     return number
+
+
+def envurl(name: str, default: str) -> str:
+    """An http:// or https:// address, without its trailing slash."""
+    value = _env(name)
+    if value is None:
+        return default
+    parts = urlsplit(value.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ImproperlyConfigured(
+            f"{name} must be an http:// or https:// address (got {value!r})."
+        )
+    return value.strip().rstrip("/")
+
+
+def envzone(name: str, default: str) -> str:
+    """A time zone's name, as the tz database knows it."""
+    value = (_env(name) or default).strip()
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(
+            f"{name} must be a time zone name, such as Europe/Berlin (got {value!r})."
+        ) from None
+    return value
 
 
 def _make_private(path: Path) -> None:
@@ -277,7 +304,7 @@ CSRF_COOKIE_SAMESITE = "Strict"
 X_FRAME_OPTIONS = "DENY"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = _env("CONCH_TIME_ZONE") or "UTC"
+TIME_ZONE = envzone("CONCH_TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True
 
@@ -345,3 +372,8 @@ CONCH_FETCH_MAX_BYTES = envint("CONCH_FETCH_MAX_BYTES", 2_000_000, minimum=1_024
 CONCH_MODEL_TIMEOUT = envfloat("CONCH_MODEL_TIMEOUT", 120.0, minimum=1.0)
 CONCH_MODEL_RETRIES = envint("CONCH_MODEL_RETRIES", 3, minimum=0)
 CONCH_MODEL_BACKOFF = envfloat("CONCH_MODEL_BACKOFF", 1.0, minimum=0.0)
+# The gateway: the zone daily resets are counted in, and replies to chat apps.
+CONCH_TIME_ZONE = TIME_ZONE
+CONCH_TELEGRAM_API_BASE = envurl("CONCH_TELEGRAM_API_BASE", "https://api.telegram.org")
+CONCH_OUTBOX_MAX_ATTEMPTS = envint("CONCH_OUTBOX_MAX_ATTEMPTS", 8, minimum=1)
+CONCH_OUTBOX_BACKOFF_SECONDS = envfloat("CONCH_OUTBOX_BACKOFF_SECONDS", 5.0, minimum=0.0)

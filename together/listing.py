@@ -15,18 +15,17 @@ from datetime import datetime, timedelta
 from django.db.models import Count
 from django.utils import timezone
 
+from chats.limits import LIMITS
 from chats.models import TASK_GOING_STATES, Conversation, Origin, Status, Taint, Task
+from chats.quoting import plain, plain_path
 from chats.runtime.selectors import ChatSnapshot, chats_snapshot
 from chats.tools.registry import THINKING
 from together.places import for_person, same_place, shown_path
-from together.quoting import plain, plain_path
-from together.visibility import is_yours, yours_q
+from together.visibility import NOT_YOURS_ORIGINS, is_yours, yours_q
 
 # together's words, which it adds to chats' registries when ready (together.apps).
 LOOKING_AT_CHATS = "looking at your other chats"  # the family of list_chats, read_chat…
 CHATS_LISTED = "chats.listed"  # the event of a look at the other chats (its card)
-
-LIST_LIMIT = 12
 RECENT = timedelta(days=3)
 WHICH = ("all", "working")
 
@@ -111,7 +110,7 @@ def list_chats(
         for s in chats_snapshot(owner_id=owner_id, working=True)
         if s.pk != conversation.pk
         and s.status == Status.WORKING
-        and s.origin not in ("peer", "client", "artifact")
+        and s.origin not in NOT_YOURS_ORIGINS
         and s.taint != Taint.PERSON
     ]
     busy.sort(key=lambda s: s.reply.started_at if s.reply else s.last_interaction_at, reverse=True)
@@ -121,17 +120,17 @@ def list_chats(
     needing = chats_snapshot(
         owner_id=owner_id,
         chats=yours_idle.filter(status=Status.NEEDS_YOU).order_by("-last_interaction_at")[
-            : LIST_LIMIT + 1
+            : LIMITS.list_chats_rows + 1
         ],
         with_turns=False,
     )
     needs_you = (
         len(needing)
-        if len(needing) <= LIST_LIMIT
+        if len(needing) <= LIMITS.list_chats_rows
         else yours_idle.filter(status=Status.NEEDS_YOU).count()
     )
     others: list[ChatSnapshot] = []
-    room = LIST_LIMIT - len(busy)
+    room = LIMITS.list_chats_rows - len(busy)
     if which == "all" and room > 0:
         others = needing[:room]
         if len(others) < room:
@@ -141,7 +140,7 @@ def list_chats(
                 .order_by("-last_interaction_at")[: room - len(others)]
             )
             others += chats_snapshot(owner_id=owner_id, chats=recent, with_turns=False)
-    shown = (busy[:LIST_LIMIT] + others)[:LIST_LIMIT]
+    shown = (busy[: LIMITS.list_chats_rows] + others)[: LIMITS.list_chats_rows]
     ids = [s.pk for s in shown]
     going = (
         dict(

@@ -12,7 +12,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from chats.models import Conversation, Task, new_public_id
+from chats.limits import LIMITS
+from chats.models import Conversation, Taint, Task, new_public_id
 
 
 def new_message_id() -> str:
@@ -81,16 +82,16 @@ class ChatMessage(models.Model):
         related_name="messages_received",
     )
     # Kept so a card still reads right once a chat is renamed or deleted.
-    sender_title = models.CharField(max_length=120)
+    sender_title = models.CharField(max_length=LIMITS.title_chars)
     sender_public_id = models.CharField(max_length=32)
-    receiver_title = models.CharField(max_length=120)
+    receiver_title = models.CharField(max_length=LIMITS.title_chars)
     receiver_public_id = models.CharField(max_length=32)
     text = models.TextField(help_text="The words, with secrets taken out as they were sent.")
     words_key = models.CharField(
         max_length=64, db_index=True, help_text="For the same words to the same chat."
     )
     start_reply = models.BooleanField(default=False)
-    sender_taint = models.CharField(max_length=16, default="none")
+    sender_taint = models.CharField(max_length=16, default=Taint.NONE)
     state = models.CharField(
         max_length=16, choices=MessageState.choices, default=MessageState.WAITING
     )
@@ -145,9 +146,9 @@ class Wait(models.Model):
     target_public_id = models.CharField(
         max_length=32, help_text="The chat or task waited for, by id."
     )
-    target_title = models.CharField(max_length=120)
+    target_title = models.CharField(max_length=LIMITS.title_chars)
     chain_id = models.CharField(max_length=40, blank=True)
-    waiter_taint_at_start = models.CharField(max_length=16, default="none")
+    waiter_taint_at_start = models.CharField(max_length=16, default=Taint.NONE)
     state = models.CharField(max_length=16, choices=WaitState.choices, default=WaitState.WAITING)
     outcome = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -159,7 +160,7 @@ class Wait(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["waiter", "kind", "target_public_id"],
-                condition=Q(state="waiting"),
+                condition=Q(state=WaitState.WAITING),
                 name="one_wait_per_target",
             ),
         ]

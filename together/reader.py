@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from chats.hooks import Note
-from chats.models import Turn, TurnState
+from chats.limits import LIMITS
+from chats.models import Taint, Turn, TurnState
+from chats.quoting import NOTHING, Said, conch_note, conch_words, named, plain_list, plain_path
 from chats.runtime.selectors import WorkingPlace, working_places
 from chats.tools.registry import EDITING_FILES, RUNNING_A_COMMAND
 from together.places import same_place, shown_path
-from together.quoting import plain, plain_path
 from together.visibility import NOT_YOURS_ORIGINS, offers_together
 
-LINES_PER_TURN = 4
 # Families whose step changes files, even before any file is recorded.
 CHANGING_FAMILIES = frozenset({EDITING_FILES, "committing"})
 STILL_GOING = frozenset({TurnState.RUNNING, TurnState.RECOVERY_PENDING})
@@ -39,46 +39,50 @@ class _Line:
     text: Callable[[], str]  # made only for the lines that are said
 
 
-def _name(other: WorkingPlace) -> str:
-    return f"“{plain(other.title)}” (chat {other.id})"
+def _files_words(files: list[str]) -> Said:
+    """What another chat is changing, as Conch says it: each name plain, the joining words Conch's."""
+    if not files:
+        return NOTHING
+    names = plain_list(files[:3], limit=LIMITS.name_chars)
+    more = conch_words(" and {n} more", n=len(files) - 3) if len(files) > 3 else NOTHING
+    return conch_words(", changing {names}{more}", names=names, more=more)
 
 
 def changing_files_line(other: WorkingPlace, files: list[str], *, points_to_list: bool) -> str:
-    what = (
-        f", changing {', '.join(files[:3])}"
-        + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-        if files
-        else ""
-    )
-    tail = " Use list_chats to see what your other chats are doing." if points_to_list else ""
-    return (
-        f"[Conch: another of the person's chats is changing files in this folder right now: {_name(other)}{what}. "
-        f"Keep to your own files, and never undo its work.{tail}]"
+    return conch_note(
+        "another of the person's chats is changing files in this folder right now: "
+        "{name}{what}. Keep to your own files, and never undo its work.{tail}",
+        name=named(other.title, other.id),
+        what=_files_words(files),
+        tail=conch_words(" Use list_chats to see what your other chats are doing.")
+        if points_to_list
+        else NOTHING,
     )
 
 
 def running_commands_line(other: WorkingPlace) -> str:
-    return (
-        f"[Conch: {_name(other)} is running commands in this folder. "
-        "If yours would clash, wait for it or say so.]"
+    return conch_note(
+        "{name} is running commands in this folder. If yours would clash, wait for it or say so.",
+        name=named(other.title, other.id),
     )
 
 
 def shared_file_line(other: WorkingPlace, path: str) -> str:
-    return (
-        f"[Conch: this reply and {_name(other)} have both changed {path}: "
-        "read it again before changing it further.]"
+    return conch_note(
+        "this reply and {name} have both changed {path}: read it again before changing it further.",
+        name=named(other.title, other.id),
+        path=plain_path(path),
     )
 
 
 def reader(turn: Turn, at_start: bool) -> list[Note]:
     """The notes about other chats for this turn, now. Precondition: ``turn`` was just loaded."""
     me = turn.conversation
-    if me.taint == "person" or me.origin in NOT_YOURS_ORIGINS:
+    if me.taint == Taint.PERSON or me.origin in NOT_YOURS_ORIGINS:
         return []  # a chat with someone else in it is told nothing
     said = dict(turn.notes_said or {})
     said_keys = set(said.get("keys", []))
-    budget = LINES_PER_TURN - int(said.get("count", 0))
+    budget = LIMITS.reader_lines_per_turn - int(said.get("count", 0))
     if budget <= 0:
         return []
     points_to_list = offers_together(me)
@@ -87,7 +91,7 @@ def reader(turn: Turn, at_start: bool) -> list[Note]:
     for other in working_places(owner_id=me.owner_id):
         if other.pk == me.pk or other.state not in STILL_GOING:
             continue
-        if other.origin in NOT_YOURS_ORIGINS or other.taint == "person":
+        if other.origin in NOT_YOURS_ORIGINS or other.taint == Taint.PERSON:
             continue  # nothing about a chat that isn't yours reaches anyone
         chat_key = f"chat:{other.id}"
         changing = bool(other.files_changed) or other.family in CHANGING_FAMILIES
@@ -121,13 +125,13 @@ def reader(turn: Turn, at_start: bool) -> list[Note]:
 
 
 def _shared(other: WorkingPlace, path: str, folder: str) -> Callable[[], str]:
-    return lambda: shared_file_line(other, plain_path(shown_path(path, folder)))
+    return lambda: shared_file_line(other, shown_path(path, folder))
 
 
 def _changing(other: WorkingPlace, folder: str, points_to_list: bool) -> Callable[[], str]:
     files = other.files_changed
     return lambda: changing_files_line(
-        other, [plain_path(shown_path(p, folder)) for p in files], points_to_list=points_to_list
+        other, [shown_path(p, folder) for p in files], points_to_list=points_to_list
     )
 
 

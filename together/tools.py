@@ -7,14 +7,19 @@ from typing import Any
 from django.db import transaction
 
 from chats import events
-from chats.models import EntryKind, EntryRole
+from chats.limits import LIMITS
+from chats.models import Effect, EntryKind, EntryRole
 from chats.runtime.chats import ConchError, entry_append
-from chats.tools import web
-from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, register
+from chats.tools.registry import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    register,
+)
 from together.listing import CHATS_LISTED, LOOKING_AT_CHATS, WHICH, ChatsLook, describe, list_chats
 from together.messages import MESSAGING_A_CHAT, message_chat, stop_asks_first, stop_chat
 from together.past import READ_CHAT, SEARCH_CHATS
-from together.quoting import fence
 from together.visibility import offers_together
 from together.waits import WAITING, wait_for
 
@@ -76,7 +81,7 @@ LIST_CHATS = Tool(
         "additionalProperties": False,
     },
     family=LOOKING_AT_CHATS,
-    effect="read",
+    effect=Effect.READ,
     run=_list_chats,
     offered=offers_together,
 )
@@ -138,13 +143,13 @@ WAIT_FOR = Tool(
         "type": "object",
         "properties": {
             "kind": {"type": "string", "enum": ["chat", "task"]},
-            "id": {"type": "string", "minLength": 1, "maxLength": 40},
+            "id": {"type": "string", "minLength": 1, "maxLength": LIMITS.id_chars},
         },
         "required": ["kind", "id"],
         "additionalProperties": False,
     },
     family=WAITING,
-    effect="read",
+    effect=Effect.READ,
     run=_wait_for,
     offered=offers_together,
 )
@@ -158,15 +163,15 @@ MESSAGE_CHAT = Tool(
     schema={
         "type": "object",
         "properties": {
-            "chat": {"type": "string", "minLength": 1, "maxLength": 40},
-            "text": {"type": "string", "minLength": 1, "maxLength": 8000},
+            "chat": {"type": "string", "minLength": 1, "maxLength": LIMITS.id_chars},
+            "text": {"type": "string", "minLength": 1, "maxLength": LIMITS.message_chars},
             "start_reply": {"type": "boolean", "default": False},
         },
         "required": ["chat", "text"],
         "additionalProperties": False,
     },
     family=MESSAGING_A_CHAT,
-    effect="write",
+    effect=Effect.WRITE,
     run=_message_chat,
     offered=offers_together,
 )
@@ -176,14 +181,14 @@ STOP_CHAT = Tool(
     schema={
         "type": "object",
         "properties": {
-            "chat": {"type": "string", "minLength": 1, "maxLength": 40},
-            "reason": {"type": "string", "minLength": 1, "maxLength": 300},
+            "chat": {"type": "string", "minLength": 1, "maxLength": LIMITS.id_chars},
+            "reason": {"type": "string", "minLength": 1, "maxLength": LIMITS.stop_reason_chars},
         },
         "required": ["chat", "reason"],
         "additionalProperties": False,
     },
     family=MESSAGING_A_CHAT,
-    effect="write",
+    effect=Effect.WRITE,
     run=_stop_chat,
     offered=offers_together,
     asks_first=_stop_asks_first,
@@ -193,7 +198,6 @@ STOP_CHAT = Tool(
 def register_tools() -> None:
     for tool in (LIST_CHATS, WAIT_FOR, MESSAGE_CHAT, STOP_CHAT):
         register(tool)
-    # Reading past chats (together.past), and a web page's words fenced like any outside words.
+    # Reading past chats (together.past).
     register(SEARCH_CHATS)
     register(READ_CHAT)
-    web.page_presenter_set(lambda url, text: fence("web-page", text, attrs={"url": url}))

@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from chats import events
+from chats.limits import LIMITS, MESSAGE_LIMITS
 from chats.models import (
     TASK_GOING_STATES,
     Conversation,
@@ -31,12 +32,12 @@ from chats.models import (
     Turn,
     TurnState,
 )
+from chats.quoting import NOTHING, Said, conch_note, conch_words, fence, plain, plain_id
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import turn_start
 from chats.taint import taint_raise
-from together.messages import ERR_NO_SUCH_CHAT, MESSAGE_LIMITS
+from together.messages import ERR_NO_SUCH_CHAT
 from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
-from together.quoting import fence, plain
 from together.visibility import is_yours, offers_together
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,6 @@ log = logging.getLogger(__name__)
 WAITING = "waiting"  # the family of wait_for: together adds it when ready (together.apps)
 
 LOOK_EVERY = 30.0
-LAST_REPLY_LIMIT = 800
 
 ERR_NO_SUCH_TASK = "There is no task {id} among this chat's tasks."
 ERR_WAIT_BACK = (
@@ -52,22 +52,24 @@ ERR_WAIT_BACK = (
     "finish your part instead."
 )
 ERR_SELF = "A chat can't wait for itself."
-ERR_TOO_MANY = f"This chat is already waiting for {MESSAGE_LIMITS.waiting_per_chat} things (MESSAGE_LIMITS.waiting_per_chat)."
+ERR_TOO_MANY = "This chat is already waiting for {n} things (MESSAGE_LIMITS.waiting_per_chat)."
 
+# Conch's words for how a chat's reply or a task ended, for inside its frame.
 ENDED_WORDS = {
-    TurnState.COMPLETED: "finished its reply",
-    TurnState.STOPPED: "was stopped before its reply finished",
-    TurnState.INTERRUPTED: "was stopped before its reply finished",
-    TurnState.NEEDS_YOU: "needs you",
-    TurnState.FAILED: "didn't finish its reply",
+    TurnState.COMPLETED: conch_words("finished its reply"),
+    TurnState.STOPPED: conch_words("was stopped before its reply finished"),
+    TurnState.INTERRUPTED: conch_words("was stopped before its reply finished"),
+    TurnState.NEEDS_YOU: conch_words("needs you"),
+    TurnState.FAILED: conch_words("didn't finish its reply"),
 }
 TASK_ENDED_WORDS = {
-    TaskState.DONE: "is done",
-    TaskState.UNVERIFIED: "finished, unverified",
-    TaskState.FAILED: "failed",
-    TaskState.STOPPED: "was stopped",
-    TaskState.INTERRUPTED: "was interrupted",
+    TaskState.DONE: conch_words("is done"),
+    TaskState.UNVERIFIED: conch_words("finished, unverified"),
+    TaskState.FAILED: conch_words("failed"),
+    TaskState.STOPPED: conch_words("was stopped"),
+    TaskState.INTERRUPTED: conch_words("was interrupted"),
 }
+NEEDS_YOU = ENDED_WORDS[TurnState.NEEDS_YOU]
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> 
             Task.objects.filter(public_id=target_id, parent=waiter).select_related("chat").first()
         )
         if task is None:
-            raise ConchError(ERR_NO_SUCH_TASK.format(id=plain(target_id, limit=40)))
+            raise ConchError(ERR_NO_SUCH_TASK.format(id=plain_id(target_id)))
         title, public_id = task.title, task.public_id
         if not task_still_going(task):
             return WaitAnswer(
@@ -159,7 +161,7 @@ def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> 
         Wait.objects.filter(waiter=waiter, state=WaitState.WAITING).count()
         >= MESSAGE_LIMITS.waiting_per_chat
     ):
-        raise ConchError(ERR_TOO_MANY)
+        raise ConchError(ERR_TOO_MANY.format(n=MESSAGE_LIMITS.waiting_per_chat))
     try:
         with transaction.atomic():
             wait = Wait.objects.create(
@@ -205,12 +207,12 @@ def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> 
 
 def _find_chat(waiter: Conversation, chat_id: str) -> Conversation:
     if not offers_together(waiter):
-        raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain(chat_id, limit=40)))
+        raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain_id(chat_id)))
     if chat_id == waiter.public_id:
         raise ConchError(ERR_SELF)
     target = Conversation.objects.filter(public_id=chat_id).first()
     if target is None or not is_yours(target, owner_id=waiter.owner_id):
-        raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain(chat_id, limit=40)))
+        raise ConchError(ERR_NO_SUCH_CHAT.format(id=plain_id(chat_id)))
     return target
 
 
@@ -233,45 +235,68 @@ def _carry_taint(waiter: Conversation, source_taint: str, source: str) -> None:
         taint_raise(conversation=waiter, taint=Taint.UNTRUSTED, why=f"waited for {source}")
 
 
-def how_it_ended(target: Conversation) -> str:
+def how_it_ended(target: Conversation) -> Said:
     if target.status == Status.NEEDS_YOU:
-        return "needs you"
+        return NEEDS_YOU
     last = target.turns.filter(ended_at__isnull=False).order_by("-number").first()
-    return (
-        ENDED_WORDS.get(TurnState(last.state), "stopped working") if last else "has no replies yet"
-    )
+    if last is None:
+        return conch_words("has no replies yet")
+    return ENDED_WORDS.get(TurnState(last.state), conch_words("stopped working"))
 
 
 def _chat_outcome_text(
     waiter: Conversation, target: Conversation, *, bare: bool, taint_first: bool
 ) -> str:
     ended = how_it_ended(target)
-    name = f"“{plain(target.title)}”"
-    lines = [f"[Conch: {name} {ended}. (chat {target.public_id}, which this chat was waiting for)"]
-    if ended == "needs you":
-        lines[0] += " Tell the person that it needs them."
-    lines[0] += "]"
+    lines = [
+        conch_note(
+            "“{title}” {ended}. (chat {chat}, which this chat was waiting for){tell}",
+            title=target.title,
+            ended=ended,
+            chat=plain_id(target.public_id),
+            tell=conch_words(" Tell the person that it needs them.")
+            if ended == NEEDS_YOU
+            else NOTHING,
+        )
+    ]
     if taint_first:
         _carry_taint(waiter, target.taint, f"chat {target.public_id}")
     if not bare:
         reply = last_reply_of(target)
         if reply:
             lines.append(
-                fence("chat-reply", reply, limit=LAST_REPLY_LIMIT, attrs={"chat": target.public_id})
+                fence(
+                    "chat-reply",
+                    reply,
+                    limit=LIMITS.last_reply_chars,
+                    attrs={"chat": target.public_id},
+                )
             )
     return "\n".join(lines)
 
 
 def _task_outcome_text(waiter: Conversation, task: Task, *, bare: bool, taint_first: bool) -> str:
-    ended = TASK_ENDED_WORDS.get(TaskState(task.state), task.get_state_display())
-    lines = [f"[Conch: the task “{plain(task.title)}” ({task.public_id}) {ended}.]"]
+    ended = TASK_ENDED_WORDS.get(TaskState(task.state), plain(task.get_state_display()))
+    lines = [
+        conch_note(
+            "the task “{title}” ({task}) {ended}.",
+            title=task.title,
+            task=plain_id(task.public_id),
+            ended=ended,
+        )
+    ]
     if taint_first and task.chat is not None:
         _carry_taint(waiter, task.chat.taint, f"task {task.public_id}")
     if not bare:
         words = task.result if task.state == TaskState.DONE else (task.reason or task.result)
         if words:
             lines.append(
-                fence("task-result", words, limit=LAST_REPLY_LIMIT, attrs={"task": task.public_id})
+                fence(
+                    "task-result",
+                    words,
+                    limit=LIMITS.last_reply_chars,
+                    attrs={"task": task.public_id},
+                )
             )
     return "\n".join(lines)
 
@@ -319,7 +344,11 @@ def wake(*, wait: Wait) -> bool:
     bare = waiter.taint == Taint.PERSON and wait.waiter_taint_at_start != Taint.PERSON
     if wait.kind == WaitKind.CHAT:
         if wait.target_chat is None:
-            text = f"[Conch: “{plain(wait.target_title)}” ({wait.target_public_id}), which this chat was waiting for, was deleted.]"
+            text = conch_note(
+                "“{title}” ({chat}), which this chat was waiting for, was deleted.",
+                title=wait.target_title,
+                chat=plain_id(wait.target_public_id),
+            )
             ended = "was deleted"
         else:
             target = Conversation.objects.get(pk=wait.target_chat_id)
@@ -328,8 +357,10 @@ def wake(*, wait: Wait) -> bool:
     else:
         task = Task.objects.filter(pk=wait.target_task_id).select_related("chat").first()
         if task is None:
-            text = (
-                f"[Conch: the task “{plain(wait.target_title)}” ({wait.target_public_id}) is gone.]"
+            text = conch_note(
+                "the task “{title}” ({task}) is gone.",
+                title=wait.target_title,
+                task=plain_id(wait.target_public_id),
             )
             ended = "is gone"
         else:

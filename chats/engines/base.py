@@ -16,12 +16,16 @@ if TYPE_CHECKING:
     from chats.tools.registry import Tool
 
 
+# The kind of a transcript line that is a step, beside the entries' kinds (EntryKind).
+STEP = "step"
+
+
 @dataclass(frozen=True)
 class Line:
     """One transcript line as an engine sees it.
 
     Besides the entries, the transcript holds each step, where it happened:
-    ``role="tool", kind="step"``, its text the tool's result (or its error), its
+    ``role="tool", kind=STEP``, its text the tool's result (or its error), its
     data ``{"tool", "args", "step", "error"}``. ``turn`` is the reply's number,
     None for a line outside any reply.
     """

@@ -28,8 +28,9 @@ cache keeps matching:
   notes for that reply's start (``data.at == "start"``: other chats in this
   folder, messages from other chats) and any Conch notes written since the
   last place that could carry them (a recap, "started fresh", "stopped by
-  another chat"). Every note is framed as Conch's (``[Conch: …]``); a note
-  that isn't already gets that frame here. A reply that no person started
+  another chat"). Every note is in Conch's frame (``chats.quoting.conch_note``);
+  one that isn't already, and every recap (a model wrote it), goes after a
+  frame here, with any opening of Conch's frame in it written otherwise. A reply that no person started
   (a message from another chat, a wait ending, a task) opens with a user
   message that holds only Conch's framed words: Chat Completions has only
   system, user, assistant and tool roles, and system must stay static. So a
@@ -74,10 +75,22 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
-from chats.engines.base import Decision, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
-from chats.models import AuthProfile
+from chats.engines.base import (
+    STEP,
+    Decision,
+    End,
+    EngineError,
+    EngineInput,
+    Fail,
+    Line,
+    Say,
+    ToolCall,
+)
+from chats.limits import LIMITS
+from chats.models import AuthProfile, EntryKind, EntryRole
+from chats.quoting import conch_note, is_conch_note, not_as_conch
 from chats.secretbox import SecretsKeyError, secret_readable
-from chats.summarize import SUMMARY_LIMIT, SummaryLine, summarize
+from chats.summarize import SummaryLine, summarize
 
 if TYPE_CHECKING:
     from chats.models import Agent
@@ -135,9 +148,9 @@ ERR_BAD_ARGS = "The model called {tool} with arguments that aren't a JSON object
 ERR_UNKNOWN_TOOL = "The model called a tool this chat isn't offered: {tool}."
 ERR_NO_ROOM = "The model ran out of room before it answered (it stopped at its length limit)."
 
-RECAP_FRAME = "[Conch: the earlier part of this chat, summarized to fit the model's context:]"
-FOREIGN_FRAME = "[Conch: passed on by Conch; the person didn't write this:]"
-EMPTY_START = "[Conch: a new reply started, with nothing new to read.]"
+RECAP_FRAME = conch_note("the earlier part of this chat, summarized to fit the model's context:")
+FOREIGN_FRAME = conch_note("passed on by Conch; the person didn't write this:")
+EMPTY_START = conch_note("a new reply started, with nothing new to read.")
 SUMMARY_SYSTEM = (
     "You summarize the earlier part of a conversation between a person and an assistant that "
     "works in a folder with tools, so the assistant can carry on without it. Keep what was "
@@ -242,10 +255,17 @@ def api_key_for(agent: Agent, config: ModelConfig) -> str:
 # The transcript as messages
 
 
-def conch_framed(text: str, frame: str = FOREIGN_FRAME) -> str:
-    """Conch's words as the model reads them: framed as Conch's, whatever wrote them down."""
+def passed_on(text: str, frame: str = FOREIGN_FRAME) -> str:
+    """Words Conch passes on without having written them (a recap a model wrote, say):
+    after ``frame``, with nothing in them speaking as Conch."""
+    return f"{frame}\n{not_as_conch((text or '').strip())}"
+
+
+def conch_framed(text: str) -> str:
+    """Conch's words as the model reads them: a note in Conch's frame stays as it is; any
+    other words Conch wrote down go after :data:`FOREIGN_FRAME`."""
     text = (text or "").strip()
-    return text if text.startswith("[Conch") else f"{frame}\n{text}"
+    return text if is_conch_note(text) else passed_on(text)
 
 
 def tool_call_id(turn: int | None, step: int) -> str:
@@ -287,17 +307,24 @@ class _Messages:
         if turn is not None:
             prompt = None
             first = rest[0]
-            if first.kind == "message" and first.role in ("person", "conch"):
+            if first.kind == EntryKind.MESSAGE and first.role in (
+                EntryRole.PERSON,
+                EntryRole.CONCH,
+            ):
                 prompt = rest.pop(0)
             start_notes = [
                 line
                 for line in rest
-                if line.turn == turn and line.kind == "note" and line.data.get("at") == "start"
+                if line.turn == turn
+                and line.kind == EntryKind.NOTE
+                and line.data.get("at") == "start"
             ]
             rest = [line for line in rest if line not in start_notes]
             parts = [*self.held, *(conch_framed(n.text) for n in start_notes)]
             if prompt is not None:
-                parts.append(prompt.text if prompt.role == "person" else conch_framed(prompt.text))
+                parts.append(
+                    prompt.text if prompt.role == EntryRole.PERSON else conch_framed(prompt.text)
+                )
             self.held = []
             self.out.append({"role": "user", "content": "\n\n".join(parts) or EMPTY_START})
         for line in rest:
@@ -305,9 +332,9 @@ class _Messages:
 
     def line(self, line: Line) -> None:
         last = self.out[-1] if self.out else None
-        if line.kind == "card":
+        if line.kind == EntryKind.CARD:
             return
-        if line.kind == "step":
+        if line.kind == STEP:
             call = {
                 "id": tool_call_id(line.turn, int(line.data.get("step") or 0)),
                 "type": "function",
@@ -326,20 +353,24 @@ class _Messages:
             self.held = []
             self.out.append({"role": "tool", "tool_call_id": call["id"], "content": content})
             return
-        if line.role == "assistant":
+        if line.role == EntryRole.ASSISTANT:
             if last and last["role"] == "assistant" and not last.get("tool_calls"):
                 last["content"] = f"{last['content']}\n\n{line.text}"
             else:
                 self.out.append({"role": "assistant", "content": line.text})
             return
-        if line.role == "person":
+        if line.role == EntryRole.PERSON:
             parts = [*self.held, line.text]
             self.held = []
             self.out.append({"role": "user", "content": "\n\n".join(parts)})
             return
         # Conch's words (notes, a recap, words it passed on): beside the last tool
         # result if that is where the transcript stands, else held for the next place.
-        text = conch_framed(line.text, RECAP_FRAME if line.kind == "recap" else FOREIGN_FRAME)
+        text = (
+            passed_on(line.text, RECAP_FRAME)
+            if line.kind == EntryKind.RECAP
+            else conch_framed(line.text)
+        )
         if last and last["role"] == "tool":
             last["content"] = f"{last['content']}\n\n{text}"
         else:
@@ -350,7 +381,7 @@ def messages_for(
     system_text: str, lines: Iterable[Line], *, recap: str = ""
 ) -> list[dict[str, Any]]:
     """The request's messages for these transcript lines (see the module's mapping)."""
-    builder = _Messages(system_text, held=[f"{RECAP_FRAME}\n{recap}"] if recap else ())
+    builder = _Messages(system_text, held=[passed_on(recap, RECAP_FRAME)] if recap else ())
     for reply in split_replies(lines):
         builder.reply(reply)
     return builder.out
@@ -387,10 +418,10 @@ def choose_cut(sizes: Sequence[int], room: int) -> int | None:
 
 
 def _summary_text(line: Line) -> SummaryLine:
-    if line.kind == "step":
+    if line.kind == STEP:
         args = json.dumps(line.data.get("args") or {}, ensure_ascii=False, sort_keys=True)
         said = f"{line.data.get('tool', '')}({args[:300]}) → {_step_result(line)[:500]}"
-        return SummaryLine("tool", "step", said)
+        return SummaryLine(EntryRole.TOOL, STEP, said)
     return SummaryLine(line.role, line.kind, line.text)
 
 
@@ -710,7 +741,7 @@ class OpenAICompatEngine:
         if kept.get("key") == key:
             recap = kept["text"]
         else:
-            limit = min(SUMMARY_LIMIT, recap_room * CHARS_PER_TOKEN)
+            limit = min(LIMITS.summary_chars, recap_room * CHARS_PER_TOKEN)
             recap = _recap(given.conversation.agent, key, folded, limit)
         messages = messages_for(
             system, [line for reply in replies[cut:] for line in reply], recap=recap
@@ -737,7 +768,7 @@ class ModelSummarizer:
         self.config = ModelConfig.of(agent)
         self.key = api_key_for(agent, self.config)
 
-    def summarize(self, lines: Iterable[SummaryLine], *, limit: int = SUMMARY_LIMIT) -> str:
+    def summarize(self, lines: Iterable[SummaryLine], *, limit: int = LIMITS.summary_chars) -> str:
         budget = max(
             2_000,
             (self.config.context_tokens - self.config.reserve_tokens - 300) * CHARS_PER_TOKEN,

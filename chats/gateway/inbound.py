@@ -13,23 +13,15 @@ from typing import Any
 
 from chats.gateway.ladder import CHANNEL_PATTERN
 from chats.gateway.models import ChatType
+from chats.limits import LIMITS
 
-TEXT_LIMIT = 32_000
-ID_LIMIT = 128
-MESSAGE_ID_LIMIT = 200
 DEFAULT_ACCOUNT = "default"
-# A door's body, in bytes: an inbound message is at most TEXT_LIMIT characters of
-# words (six bytes each as \uXXXX escapes) and a few ids, and a Telegram Update
-# carrying one is far smaller than this.
-BODY_LIMIT = 1_000_000
-# How deep a body's objects and lists may nest. An inbound message nests two
-# levels and a Telegram Update about six; Python's parser stops near a thousand
-# with a RecursionError, and nothing deeper than this is ever read.
-DEPTH_LIMIT = 32
 
 ERR_NOT_JSON = "must be JSON ({detail})."
-ERR_TOO_DEEP = f"is nested too deeply: at most {DEPTH_LIMIT} levels of objects and lists."
-ERR_TOO_BIG = f"is too large: at most {BODY_LIMIT:,} bytes."
+ERR_TOO_DEEP = (
+    f"is nested too deeply: at most {LIMITS.inbound_depth_levels} levels of objects and lists."
+)
+ERR_TOO_BIG = f"is too large: at most {LIMITS.inbound_body_bytes:,} bytes."
 ERR_SURROGATE = "must be Unicode text: it holds a lone surrogate (an unpaired \\ud800-\\udfff)."
 ERR_NUL = "must not contain NUL characters."
 
@@ -60,14 +52,14 @@ class InboundError(ValueError):
 
 
 class BodyTooLarge(InboundError):
-    """A body over :data:`BODY_LIMIT`: the web doors answer 413 rather than 400."""
+    """A body over :data:`LIMITS.inbound_body_bytes`: the web doors answer 413 rather than 400."""
 
     def __init__(self) -> None:
         super().__init__("body", ERR_TOO_BIG)
 
 
 def _depth_over_limit(value: Any) -> bool:
-    """Whether objects and lists nest deeper than DEPTH_LIMIT; iterative, so no depth can break it."""
+    """Whether objects and lists nest deeper than the limit; iterative, so no depth can break it."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -77,7 +69,7 @@ def _depth_over_limit(value: Any) -> bool:
             children = item
         else:
             continue
-        if depth > DEPTH_LIMIT:
+        if depth > LIMITS.inbound_depth_levels:
             return True
         stack.extend((child, depth + 1) for child in children)
     return False
@@ -162,7 +154,7 @@ class Inbound:
         }
 
 
-def _text_field(raw: dict[str, Any], name: str, *, limit: int = ID_LIMIT) -> str:
+def _text_field(raw: dict[str, Any], name: str, *, limit: int = LIMITS.inbound_id_chars) -> str:
     value = raw.get(name)
     if value is None:
         return ""
@@ -215,7 +207,7 @@ def inbound_parse(raw: Any) -> Inbound:
     if fields["account_id"] == "*":
         raise InboundError("account_id", "names one account; '*' is only for bindings.")
 
-    message_id = _text_field(raw, "message_id", limit=MESSAGE_ID_LIMIT)
+    message_id = _text_field(raw, "message_id", limit=LIMITS.inbound_message_id_chars)
     if not message_id:
         raise InboundError("message_id", "is required (it makes a repeated delivery harmless).")
 
@@ -226,12 +218,14 @@ def inbound_parse(raw: Any) -> Inbound:
         isinstance(r, str | int) and not isinstance(r, bool) for r in roles
     ):
         raise InboundError("member_roles", "must be a list of role ids.")
-    if len(roles) > 256:
-        raise InboundError("member_roles", "has at most 256 roles.")
+    if len(roles) > LIMITS.inbound_roles:
+        raise InboundError("member_roles", f"has at most {LIMITS.inbound_roles} roles.")
     roles = [text_check(str(r), "member_roles").strip() for r in roles]
     member_roles = tuple(sorted({r for r in roles if r}))
-    if any(len(r) > ID_LIMIT for r in member_roles):
-        raise InboundError("member_roles", f"each role id is at most {ID_LIMIT} characters.")
+    if any(len(r) > LIMITS.inbound_id_chars for r in member_roles):
+        raise InboundError(
+            "member_roles", f"each role id is at most {LIMITS.inbound_id_chars} characters."
+        )
     if any(any(ord(ch) < 32 for ch in r) for r in member_roles):
         raise InboundError("member_roles", "must not contain control characters.")
     if member_roles and not fields["guild_id"]:
@@ -243,8 +237,8 @@ def inbound_parse(raw: Any) -> Inbound:
     text = text_check(text, "text").strip()
     if not text:
         raise InboundError("text", "needs some words.")
-    if len(text) > TEXT_LIMIT:
-        raise InboundError("text", f"is at most {TEXT_LIMIT} characters.")
+    if len(text) > LIMITS.inbound_text_chars:
+        raise InboundError("text", f"is at most {LIMITS.inbound_text_chars} characters.")
 
     if chat_type in (ChatType.DM, ChatType.GROUP, ChatType.THREAD) and not fields["peer"]:
         raise InboundError("peer", f"is required for a {chat_type} (the sender).")

@@ -19,7 +19,8 @@ entries are inserted in batches.
 An archive brings no trust of its own. Its mode, taint and folder are its
 say-so, and it may have been written by anyone: an imported chat starts in
 Ask mode, tainted at least ``untrusted`` (more if the archive says so), in a
-folder that exists and that the person confirmed or gave. So the import is
+folder that exists and that the person confirmed or gave, and its lines in
+Conch's voice come back with Conch's frame written otherwise. So the import is
 two steps: :func:`sessions_plan` reads and checks everything, writing
 nothing, and :func:`sessions_import` writes what was shown.
 """
@@ -39,6 +40,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from chats.gateway.models import SessionOrigin
+from chats.limits import LIMITS
 from chats.models import (
     TAINT_ORDER,
     Agent,
@@ -50,6 +52,7 @@ from chats.models import (
     Origin,
     Taint,
 )
+from chats.quoting import not_as_conch
 
 FORMAT_VERSION = 1
 INSERT_BATCH = 1_000
@@ -266,6 +269,8 @@ def _entry_from(line: dict[str, Any], where: str, next_seq: int) -> Entry | None
     kind = conch.get("kind", kind)
     if role not in EntryRole.values or kind not in EntryKind.values:
         raise InteropError(f"{where}: unknown role or kind.")
+    if role == EntryRole.CONCH:
+        text = not_as_conch(text)  # the archive's say-so, never Conch's own frame
     seq = conch.get("seq", next_seq)
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise InteropError(f"{where}: seq must be a positive whole number.")
@@ -315,7 +320,8 @@ class PlannedSession:
 
     @property
     def title(self) -> str:
-        return str(self.item.get("title") or self.item.get("sessionKey") or self.session_id)[:120]
+        title = self.item.get("title") or self.item.get("sessionKey") or self.session_id
+        return str(title)[: LIMITS.title_chars]
 
 
 @dataclass
@@ -496,7 +502,7 @@ def _import_one(
             owner=owner,
             agent=agent,
             title=planned.title,
-            origin=item.get("origin") or "own",
+            origin=item.get("origin") or Origin.OWN,
             origin_channel=str(item.get("originChannel") or "")[:32],
             folder=str(planned.folder),
             archived=archived,

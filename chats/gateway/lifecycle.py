@@ -32,7 +32,7 @@ DEFAULT_POLICY = Policy()
 
 
 def local_zone() -> ZoneInfo:
-    return ZoneInfo(getattr(settings, "CONCH_TIME_ZONE", None) or settings.TIME_ZONE or "UTC")
+    return ZoneInfo(settings.CONCH_TIME_ZONE)
 
 
 def daily_boundary(now: dt.datetime, at_hour: int, zone: ZoneInfo) -> dt.datetime:

@@ -28,11 +28,11 @@ CLAIM_SECONDS = 120
 
 
 def max_attempts() -> int:
-    return int(getattr(settings, "CONCH_OUTBOX_MAX_ATTEMPTS", 8))
+    return settings.CONCH_OUTBOX_MAX_ATTEMPTS
 
 
 def backoff_base() -> float:
-    return float(getattr(settings, "CONCH_OUTBOX_BACKOFF_SECONDS", 5.0))
+    return settings.CONCH_OUTBOX_BACKOFF_SECONDS
 
 
 def backoff(attempts: int) -> dt.timedelta:

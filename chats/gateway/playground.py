@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chats.gateway.inbound import FIELDS, ID_LIMIT, Inbound, InboundError, inbound_parse
+from chats.gateway.inbound import FIELDS, Inbound, InboundError, inbound_parse
 from chats.gateway.ladder import (
     CHANNEL_PATTERN,
     ERR_CHANNEL,
@@ -40,14 +40,15 @@ from chats.gateway.ladder import (
 )
 from chats.gateway.models import ChatType, DmScope
 from chats.gateway.routing import AgentRef, Route, RouteIndex, resolve_route
+from chats.limits import LIMITS
 
 SESSION_KEY = "gateway_playground"
-MAX_BINDINGS = 60
-MAX_LOG = 40  # the oldest fired message goes first: the session stays small
 
 ERR_SCOPE = "Choose one of: " + ", ".join(DmScope.values) + "."
 ERR_AGENT = "An agent is a short name: lowercase letters, digits, - or _ (at most 64)."
-ERR_TOO_MANY = f"The playground holds at most {MAX_BINDINGS} bindings. Remove one first."
+ERR_TOO_MANY = (
+    f"The playground holds at most {LIMITS.playground_bindings} bindings. Remove one first."
+)
 ERR_NO_SUCH_MESSAGE = "There is no such message in the palette."
 ERR_NO_SUCH_BINDING = "That binding is already gone."
 AGENT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -229,8 +230,8 @@ def playground_binding_add(
     row: dict[str, Any] = {"agent": agent}
     for name in BINDING_FIELDS:
         value = str(fields.get(name) or "").strip()
-        if len(value) > ID_LIMIT:
-            raise PlaygroundError(name, f"is at most {ID_LIMIT} characters.")
+        if len(value) > LIMITS.inbound_id_chars:
+            raise PlaygroundError(name, f"is at most {LIMITS.inbound_id_chars} characters.")
         row[name] = value
     row["channel"] = row["channel"].lower()
     if not CHANNEL_PATTERN.match(row["channel"]):
@@ -238,7 +239,7 @@ def playground_binding_add(
     row["roles"] = _roles(fields.get("roles") or "")
     if row["roles"] and not row["guild_id"]:
         raise PlaygroundError("roles", ERR_ROLES_NEED_GUILD)
-    if len(state.bindings) >= MAX_BINDINGS:
+    if len(state.bindings) >= LIMITS.playground_bindings:
         raise PlaygroundError("agent", ERR_TOO_MANY)
 
     refs = _agent_refs(agents, state.bindings + [row])
@@ -300,7 +301,9 @@ def playground_fire(
             "fired_key": route.session_key,
         }
     )
-    del state.log[:-MAX_LOG]
+    del state.log[
+        : -LIMITS.playground_log_messages
+    ]  # the oldest goes first: the session stays small
     return route
 
 

@@ -39,6 +39,7 @@ from chats.gateway.selectors import (
     session_key_taken,
     session_latest_archived,
 )
+from chats.limits import LIMITS
 from chats.models import (
     Agent,
     Conversation,
@@ -158,7 +159,7 @@ def _title(inbound: Inbound) -> str:
         title = f"{channel} thread {inbound.thread_id} in {inbound.thread_parent}"
     else:
         title = f"Routine {inbound.job_id} · run {inbound.message_id}"
-    return title[:120]
+    return title[: LIMITS.title_chars]
 
 
 def _has_open_turn(conversation: Conversation) -> bool:

@@ -2,14 +2,13 @@
 
 The webhook is ``POST /gateway/telegram/<account>``; Telegram sends the
 secret given to ``setWebhook`` in ``X-Telegram-Bot-Api-Secret-Token``, which
-is checked against its digest. ``CONCH_TELEGRAM_API_BASE`` (setting or
-environment) points the sender elsewhere, e.g. at a test's loopback server.
+is checked against its digest. ``CONCH_TELEGRAM_API_BASE`` (a setting,
+from the environment) points the sender elsewhere, e.g. at a test's loopback server.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.request
 from typing import Any
@@ -19,22 +18,16 @@ from django.conf import settings
 from chats.gateway.inbound import Inbound, InboundError, inbound_parse, text_check
 from chats.gateway.models import ChannelAccount, ChatType, OutboxMessage
 from chats.gateway.outbox import DeliveryError, outbox_part_sent
+from chats.limits import LIMITS
 from chats.secretbox import SecretsKeyError, secret_readable
 
 CHANNEL = "telegram"
-DEFAULT_API_BASE = "https://api.telegram.org"
-MESSAGE_LIMIT = 4096
 TIMEOUT = 15.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 
 
 def api_base() -> str:
-    base = (
-        getattr(settings, "CONCH_TELEGRAM_API_BASE", None)
-        or os.environ.get("CONCH_TELEGRAM_API_BASE")
-        or DEFAULT_API_BASE
-    )
-    return base.rstrip("/")
+    return settings.CONCH_TELEGRAM_API_BASE.rstrip("/")
 
 
 def _int_field(value: Any, name: str) -> int:
@@ -108,8 +101,8 @@ def telegram_inbound(update: Any, *, account_id: str) -> tuple[Inbound, dict[str
     return inbound_parse(payload), reply_to
 
 
-def split_message(text: str, limit: int = MESSAGE_LIMIT) -> list[str]:
-    """Telegram takes 4096 characters a message: cut at line ends where possible."""
+def split_message(text: str, limit: int = LIMITS.telegram_message_chars) -> list[str]:
+    """Telegram takes so many characters a message (its own bound): cut at line ends where possible."""
     parts = []
     rest = text
     while len(rest) > limit:

@@ -22,7 +22,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from chats.gateway import playground as pg
 from chats.gateway.inbound import (
-    BODY_LIMIT,
     FIELDS,
     BodyTooLarge,
     InboundError,
@@ -41,6 +40,7 @@ from chats.gateway.services import (
 )
 from chats.gateway.telegram import CHANNEL as TELEGRAM
 from chats.gateway.telegram import SECRET_HEADER, telegram_inbound
+from chats.limits import LIMITS
 from chats.models import Agent
 from chats.runtime.chats import ConchError, default_agent
 
@@ -55,7 +55,7 @@ def _refused(message: str, status: int, **extra) -> JsonResponse:
 
 
 def _json_body(request: HttpRequest):
-    """The body as JSON, read at most BODY_LIMIT bytes far.
+    """The body as JSON, read at most LIMITS.inbound_body_bytes bytes far.
 
     ``request.body`` would raise Django's RequestDataTooBig (an HTML 400) past
     DATA_UPLOAD_MAX_MEMORY_SIZE. The declared length is judged before reading;
@@ -67,10 +67,10 @@ def _json_body(request: HttpRequest):
             length = int(declared)
         except ValueError:
             raise InboundError("body", ERR_BAD_LENGTH) from None
-        if length > BODY_LIMIT:
+        if length > LIMITS.inbound_body_bytes:
             raise BodyTooLarge()
-    raw = request.read(BODY_LIMIT + 1)
-    if len(raw) > BODY_LIMIT:
+    raw = request.read(LIMITS.inbound_body_bytes + 1)
+    if len(raw) > LIMITS.inbound_body_bytes:
         raise BodyTooLarge()
     return inbound_json(raw)
 

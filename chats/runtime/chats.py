@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from chats import events
+from chats.limits import LIMITS
 from chats.models import (
     Agent,
     Conversation,
@@ -26,6 +27,9 @@ from chats.models import (
     Taint,
     Turn,
 )
+
+ERR_TITLE_TOO_LONG = "A chat's title is at most {chars} characters."
+ERR_TITLE_LENGTH = "A chat's title must be 1 to {chars} characters."
 
 
 class ConchError(Exception):
@@ -85,8 +89,8 @@ def conversation_create(
     title = (title or "").strip()
     if not title:
         raise ConchError("A chat needs a title.")
-    if len(title) > 120:
-        raise ConchError("A chat's title is at most 120 characters.")
+    if len(title) > LIMITS.title_chars:
+        raise ConchError(ERR_TITLE_TOO_LONG.format(chars=LIMITS.title_chars))
     agent = agent or default_agent()
     folder = folder or agent.workspace
     with transaction.atomic():
@@ -112,8 +116,8 @@ def conversation_create(
 
 def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
     title = (title or "").strip()
-    if not title or len(title) > 120:
-        raise ConchError("A chat's title must be 1 to 120 characters.")
+    if not title or len(title) > LIMITS.title_chars:
+        raise ConchError(ERR_TITLE_LENGTH.format(chars=LIMITS.title_chars))
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation.pk)
         conversation.title = title

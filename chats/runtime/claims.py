@@ -25,6 +25,7 @@ from chats.models import (
     Turn,
     TurnState,
 )
+from chats.quoting import conch_words
 from chats.runtime.chats import entry_append
 from chats.runtime.turns import turn_end_locked
 
@@ -159,8 +160,11 @@ def _recover_one(turn: Turn) -> Turn:
                 role=EntryRole.CONCH,
                 kind=EntryKind.NOTE,
                 turn=turn,
-                text=f"Conch restarted while “{cut_off.tool}” was running. It was not run again, "
-                "so the reply stopped here.",
+                text=conch_words(
+                    "Conch restarted while “{tool}” was running. It was not run again, "
+                    "so the reply stopped here.",
+                    tool=cut_off.tool,
+                ),
                 data={"recovery": "interrupted"},
             )
             turn_end_locked(

@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from chats import events, hooks
 from chats.engines import engine_for
-from chats.engines.base import Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
+from chats.engines.base import STEP, Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
 from chats.engines.scripted import validate_script
+from chats.limits import LIMITS
 from chats.models import (
     Conversation,
     Effect,
@@ -30,6 +31,7 @@ from chats.models import (
     Turn,
     TurnState,
 )
+from chats.quoting import known_secrets, scrub_secrets
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import (
     ERR_COMMAND_REPLY_ENDED,
@@ -38,13 +40,10 @@ from chats.runtime.turns import (
     turn_end,
     turn_end_locked,
 )
-from chats.secrets import known_secrets, scrub_secrets
 from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered, validate_args
 
 log = logging.getLogger(__name__)
 
-RESULT_LIMIT = 4_000
-STREAM_LIMIT = 20_000  # the most of a reply's live words one event carries
 CONCH_SYSTEM = (
     "You are an assistant working in Conch, in the folder this chat works in. "
     "Use the tools you are offered; say plainly what you changed."
@@ -80,7 +79,7 @@ def _transcript_loader(conversation: Conversation):
                 s.started_at,
                 Line(
                     role=EntryRole.TOOL,
-                    kind="step",
+                    kind=STEP,
                     text=s.error or s.result,
                     data={"tool": s.tool, "args": s.args, "step": s.number, "error": bool(s.error)},
                     turn=numbers.get(s.turn_id),
@@ -114,8 +113,8 @@ def _text_streamer(turn: Turn, worker: str):
     def push(text: str) -> bool:
         if not _still_mine(turn.pk, worker):
             return False
-        if len(text) > STREAM_LIMIT:
-            text = "…" + text[-STREAM_LIMIT:]
+        if len(text) > LIMITS.stream_chars:
+            text = "…" + text[-LIMITS.stream_chars :]
         events.publish(
             events.REPLY_TEXT,
             owner_id=turn.conversation.owner_id,
@@ -413,8 +412,8 @@ def _run_step(
         except Conversation.DoesNotExist:
             return  # the chat was deleted while the tool ran (its command was ended)
         Step.objects.filter(pk=step.pk).update(
-            result=result_text[:RESULT_LIMIT],
-            error=error[:RESULT_LIMIT],
+            result=result_text[: LIMITS.tool_result_chars],
+            error=error[: LIMITS.tool_result_chars],
             files=changed,
             ended_at=timezone.now(),
         )

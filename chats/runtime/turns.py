@@ -16,6 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from chats import events, hooks, processes
+from chats.limits import LIMITS
 from chats.models import (
     Conversation,
     EntryKind,
@@ -32,6 +33,7 @@ from chats.models import (
     TurnState,
     new_chain_id,
 )
+from chats.quoting import not_as_conch
 from chats.runtime.chats import ConchError, conversation_create, entry_append
 
 log = logging.getLogger(__name__)
@@ -350,7 +352,7 @@ def _answer_pending(turn: Turn, *, approved: bool) -> Turn:
 def task_start(
     *, parent: Conversation, title: str, prompt: str = "", script: list | None = None
 ) -> Task:
-    title = (title or "").strip()[:120]
+    title = (title or "").strip()[: LIMITS.title_chars]
     if not title:
         raise ConchError("A task needs a title.")
     with transaction.atomic():
@@ -406,7 +408,9 @@ def tasks_make_room() -> list[Task]:
                 _turn_start_locked(
                     chat,
                     started_by=StartedBy.TASK,
-                    text=task.prompt or task.title,
+                    # The prompt is the starting chat's words, which Conch passes on; it
+                    # never opens Conch's own frame.
+                    text=not_as_conch(task.prompt or task.title),
                     chain_id=parent_turn.chain_id if parent_turn else "",
                     role=EntryRole.CONCH,
                 )

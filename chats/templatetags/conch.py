@@ -13,6 +13,7 @@ from django import template
 from django.utils import timezone
 
 from chats import regions
+from chats.limits import LIMITS
 from chats.models import Origin
 from chats.tools.registry import ToolError, get_tool
 
@@ -114,7 +115,8 @@ def step_subject(args: dict | None) -> str:
     for name in SUBJECT_ARGS:
         value = args.get(name)
         if isinstance(value, str) and value:
-            return value if len(value) <= 200 else value[:199] + "…"
+            limit = LIMITS.name_chars
+            return value if len(value) <= limit else value[: limit - 1] + "…"
     return ""
 
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from chats.models import Effect, Mode
+
 if TYPE_CHECKING:
     from chats.models import Conversation, Task, Turn
 
@@ -88,7 +90,7 @@ class Tool:
     description: str
     schema: dict[str, Any]
     family: str
-    effect: str  # "read" or "write"
+    effect: Effect
     run: Runner
     offered: Offered = offered_always
     # A tool that changes the workspace or acts on the world asks first in Ask mode.
@@ -99,7 +101,7 @@ class Tool:
     def must_ask(self, conversation: Conversation) -> bool:
         if self.asks_first is not None:
             return self.asks_first(conversation)
-        return self.asks_in_ask_mode and conversation.mode == "ask"
+        return self.asks_in_ask_mode and conversation.mode == Mode.ASK
 
     def as_function_spec(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "parameters": self.schema}
@@ -109,8 +111,8 @@ _tools: dict[str, Tool] = {}
 
 
 def register(tool: Tool) -> Tool:
-    if tool.effect not in ("read", "write"):
-        raise ValueError(f"{tool.name}: effect must be 'read' or 'write'")
+    if tool.effect not in Effect.values:
+        raise ValueError(f"{tool.name}: effect must be one of {', '.join(Effect.values)}")
     if tool.schema.get("type") != "object":
         raise ValueError(f"{tool.name}: the schema must describe an object")
     if tool.family not in _families:
@@ -137,7 +139,7 @@ def tools_offered(conversation: Conversation) -> list[Tool]:
     for tool in all_tools():
         if allowed and tool.name not in allowed:
             continue
-        if conversation.mode == "plan" and tool.effect == "write":
+        if conversation.mode == Mode.PLAN and tool.effect == Effect.WRITE:
             continue
         if not tool.offered(conversation):
             continue

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.conf import settings
 
-from chats.models import Origin, Task, TaskState
+from chats.limits import LIMITS
+from chats.models import Effect, Origin, Task, TaskState
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, family_add, register
 
 STARTING_A_TASK = "starting a task"
@@ -100,7 +101,7 @@ def register_tools() -> None:
             schema={
                 "type": "object",
                 "properties": {
-                    "title": {"type": "string", "minLength": 1, "maxLength": 120},
+                    "title": {"type": "string", "minLength": 1, "maxLength": LIMITS.title_chars},
                     "prompt": {"type": "string"},
                     "script": {
                         "type": "array",
@@ -111,7 +112,7 @@ def register_tools() -> None:
                 "additionalProperties": False,
             },
             family=STARTING_A_TASK,
-            effect="write",
+            effect=Effect.WRITE,
             run=_start_background_task,
             offered=_may_start_tasks,
         )
@@ -122,7 +123,7 @@ def register_tools() -> None:
             description="How much room there is for tasks, and what each task this chat started is doing.",
             schema={"type": "object", "properties": {}, "additionalProperties": False},
             family=CHECKING_TASKS,
-            effect="read",
+            effect=Effect.READ,
             run=_task_status,
         )
     )

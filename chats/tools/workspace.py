@@ -13,8 +13,9 @@ from typing import Any
 from django.conf import settings
 
 from chats import processes
-from chats.models import Step
-from chats.secrets import known_secrets, scrub_secrets
+from chats.limits import LIMITS
+from chats.models import Effect, Step
+from chats.quoting import known_secrets, scrub_secrets
 from chats.tools import sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.registry import (
@@ -28,8 +29,6 @@ from chats.tools.registry import (
     register,
 )
 
-READ_LIMIT = 200_000
-LIST_LIMIT = 500
 # After a command's group is ended, how long to collect what it printed.
 AFTER_KILL_SECONDS = 2.0
 # How often a running command looks whether its reply was stopped in another process.
@@ -132,12 +131,12 @@ def _read_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             raise ToolError(f"{path!r} is a folder; use list_files.")
         if not stat.S_ISREG(mode):  # a pipe or a device would hang the reply, or never end
             raise ToolError(f"{path!r} is not a regular file.")
-        data = _read_all(fd, READ_LIMIT)
+        data = _read_all(fd, LIMITS.file_read_bytes)
     finally:
         os.close(fd)
-    text = data[:READ_LIMIT].decode("utf-8", errors="replace")
-    if len(data) > READ_LIMIT:
-        text += f"\n… (cut at {READ_LIMIT} bytes)"
+    text = data[: LIMITS.file_read_bytes].decode("utf-8", errors="replace")
+    if len(data) > LIMITS.file_read_bytes:
+        text += f"\n… (cut at {LIMITS.file_read_bytes} bytes)"
     return ToolResult(text)
 
 
@@ -234,8 +233,8 @@ def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         names = []
         for entry in entries:
             names.append(entry.name + ("/" if entry.is_dir() else ""))
-            if len(names) >= LIST_LIMIT:
-                names.append(f"… (first {LIST_LIMIT} shown)")
+            if len(names) >= LIMITS.folder_list_names:
+                names.append(f"… (first {LIMITS.folder_list_names} shown)")
                 break
     finally:
         os.close(fd)
@@ -421,7 +420,7 @@ READ_FILE = register(
         description="Read a text file in this chat's folder.",
         schema=_path_schema(),
         family=READING_FILES,
-        effect="read",
+        effect=Effect.READ,
         run=_read_file,
     )
 )
@@ -431,7 +430,7 @@ WRITE_FILE = register(
         description="Create or replace a file in this chat's folder.",
         schema=_path_schema({"content": {"type": "string"}}, ("path", "content")),
         family=EDITING_FILES,
-        effect="write",
+        effect=Effect.WRITE,
         run=_write_file,
         asks_in_ask_mode=True,
     )
@@ -449,7 +448,7 @@ EDIT_FILE = register(
             ("path", "old", "new"),
         ),
         family=EDITING_FILES,
-        effect="write",
+        effect=Effect.WRITE,
         run=_edit_file,
         asks_in_ask_mode=True,
     )
@@ -460,7 +459,7 @@ LIST_FILES = register(
         description="List a folder inside this chat's folder.",
         schema=_path_schema(required=()),
         family=READING_FILES,
-        effect="read",
+        effect=Effect.READ,
         run=_list_files,
     )
 )
@@ -478,7 +477,7 @@ RUN_COMMAND = register(
             "additionalProperties": False,
         },
         family=RUNNING_A_COMMAND,
-        effect="write",
+        effect=Effect.WRITE,
         run=_run_command,
         asks_in_ask_mode=True,
     )

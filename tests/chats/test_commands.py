@@ -22,6 +22,7 @@ from django.urls import reverse
 
 from chats import processes
 from chats.models import AuthProfile, EntryRole, Step, Turn, TurnState
+from chats.quoting import REDACTED
 from chats.runtime.runner import Runner, drain
 from chats.runtime.turns import (
     ERR_COMMAND_SHUTDOWN,
@@ -30,7 +31,6 @@ from chats.runtime.turns import (
     conversation_stop,
     message_send,
 )
-from chats.secrets import REDACTED
 from chats.tools import sandbox
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
 from tests.commands import (

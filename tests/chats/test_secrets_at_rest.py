@@ -24,8 +24,8 @@ from chats.gateway.models import ChannelAccount, OutboxMessage
 from chats.gateway.outbox import DeliveryError
 from chats.gateway.telegram import TelegramSender
 from chats.models import AuthProfile
+from chats.quoting import clean, profile_secrets
 from chats.secretbox import PREFIX, UnreadableSecret
-from together.quoting import clean, known_secrets
 
 API_KEY = "hunter2-correct-horse-battery"  # no key shape: only known_secrets can find it
 BOT_TOKEN = "123456:very-secret-bot-token-abcdefghijklmnop"
@@ -108,8 +108,8 @@ def test_an_empty_secret_stays_empty_and_makes_no_key(home, agent):
     assert list(AuthProfile.objects.exclude(secret="")) == []
 
 
-def test_known_secrets_still_finds_a_sealed_key_to_scrub(profile):
-    assert API_KEY in known_secrets()
+def test_profile_secrets_still_finds_a_sealed_key_to_scrub(profile):
+    assert API_KEY in profile_secrets()
     assert clean(f"the deploy key is {API_KEY}, keep it safe") == (
         "the deploy key is [redacted], keep it safe"
     )
@@ -244,7 +244,7 @@ def test_rotation_seals_every_secret_with_a_new_key_and_the_old_key_opens_none(
             opens_with(old, raw)
         assert opens_with(new, raw) == secret
         assert model.objects.get(pk=pk).secret == secret
-    assert API_KEY in known_secrets()
+    assert API_KEY in profile_secrets()
     assert f"Sealed 2 secret(s) with a new key in {home / 'secrets.key'}" in capsys.readouterr().out
 
 

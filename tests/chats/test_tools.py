@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chats.limits import LIMITS
 from chats.models import TurnState
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
@@ -23,7 +24,7 @@ from chats.tools.registry import (
     register,
     validate_args,
 )
-from chats.tools.workspace import READ_LIMIT, confine
+from chats.tools.workspace import confine
 from tests.commands import PYTHON
 from tests.factories import ConversationFactory, TurnFactory
 
@@ -417,11 +418,11 @@ def test_a_pipe_in_the_folder_is_refused_rather_than_hanging_the_reply(ctx, work
 
 
 def test_reading_a_big_file_gives_its_start_and_says_where_it_was_cut(ctx, workspace):
-    (workspace / "big.txt").write_bytes(b"a" * (READ_LIMIT + 10_000))
+    (workspace / "big.txt").write_bytes(b"a" * (LIMITS.file_read_bytes + 10_000))
 
     text = run("read_file", ctx, path="big.txt").text
 
-    assert text == "a" * READ_LIMIT + f"\n… (cut at {READ_LIMIT} bytes)"
+    assert text == "a" * LIMITS.file_read_bytes + f"\n… (cut at {LIMITS.file_read_bytes} bytes)"
 
 
 def test_a_tool_whose_family_no_app_added_is_refused():

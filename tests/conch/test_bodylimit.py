@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from chats.limits import LIMITS
 from conch.asgi import application
-from conch.bodylimit import ERR_BAD_LENGTH, ERR_TOO_LARGE, REQUEST_BODY_LIMIT
+from conch.bodylimit import ERR_BAD_LENGTH, ERR_TOO_LARGE
 
 CHUNK = 64 * 1024
 
@@ -56,7 +57,7 @@ class Client:
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_body_that_declares_more_than_the_cap_is_refused_unread():
-    client = Client(chunks=1000, declared=REQUEST_BODY_LIMIT + 1)
+    client = Client(chunks=1000, declared=LIMITS.request_body_bytes + 1)
 
     status, answer = await client.post()
 
@@ -73,7 +74,7 @@ async def test_a_body_without_a_length_is_read_no_further_than_the_cap():
     status, answer = await client.post()
 
     assert status == 413 and answer["field"] == "body"
-    assert client.taken == REQUEST_BODY_LIMIT // CHUNK + 1
+    assert client.taken == LIMITS.request_body_bytes // CHUNK + 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -83,7 +84,7 @@ async def test_a_body_that_lies_about_its_length_is_cut_off_too():
     status, _ = await client.post()
 
     assert status == 413
-    assert client.taken == REQUEST_BODY_LIMIT // CHUNK + 1
+    assert client.taken == LIMITS.request_body_bytes // CHUNK + 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -21,6 +21,7 @@ sys.path.insert(0, os.environ["CONCH_REPO"])
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conch.settings")
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 
@@ -122,7 +123,7 @@ def main() -> None:
 
         # Telegram: the reply goes out by the runner's outbox sweep, over loopback.
         with FakeBotApi() as api:
-            os.environ["CONCH_TELEGRAM_API_BASE"] = api.base
+            settings.CONCH_TELEGRAM_API_BASE = api.base
             ChannelAccount.objects.create(
                 owner=owner, channel="telegram", account_id="bot", secret="42:token"
             )

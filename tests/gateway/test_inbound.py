@@ -11,8 +11,6 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from chats.gateway.inbound import (
-    BODY_LIMIT,
-    DEPTH_LIMIT,
     ERR_NUL,
     ERR_SURROGATE,
     ERR_TOO_BIG,
@@ -20,6 +18,7 @@ from chats.gateway.inbound import (
 )
 from chats.gateway.models import GatewayToken, InboundRecord, OwnerIdentity, SessionOrigin
 from chats.gateway.services import gateway_token_rotate
+from chats.limits import LIMITS
 from chats.models import (
     Conversation,
     Entry,
@@ -175,7 +174,9 @@ def nested(depth: int) -> str:
     return json.dumps(body() | {"text": "@"}).replace('"@"', "[" * depth + "1" + "]" * depth)
 
 
-@pytest.mark.parametrize("depth", [DEPTH_LIMIT, 100_000])  # 100,000: a RecursionError in json
+@pytest.mark.parametrize(
+    "depth", [LIMITS.inbound_depth_levels, 100_000]
+)  # 100,000: a RecursionError in json
 def test_a_body_nested_too_deeply_gets_a_400_naming_the_body(client, agent, gateway_token, depth):
     response = post(client, nested(depth), token=gateway_token)
     assert response.status_code == 400
@@ -184,7 +185,9 @@ def test_a_body_nested_too_deeply_gets_a_400_naming_the_body(client, agent, gate
 
 
 def test_a_body_nested_to_the_limit_is_judged_on_its_fields(client, agent, gateway_token):
-    response = post(client, nested(DEPTH_LIMIT - 1), token=gateway_token)  # the body is one level
+    response = post(
+        client, nested(LIMITS.inbound_depth_levels - 1), token=gateway_token
+    )  # the body is one level
     assert (response.status_code, response.json()["field"]) == (400, "text")
 
 
@@ -234,8 +237,8 @@ def test_a_body_over_the_limit_gets_a_413_naming_the_body(client, agent, gateway
 
 def test_a_body_just_under_the_limit_is_judged_on_its_fields(client, agent, gateway_token):
     raw = json.dumps(body(text="x"))
-    raw = raw[:-1] + " " * (BODY_LIMIT - len(raw)) + "}"  # whitespace is still JSON
-    assert len(raw) == BODY_LIMIT
+    raw = raw[:-1] + " " * (LIMITS.inbound_body_bytes - len(raw)) + "}"  # whitespace is still JSON
+    assert len(raw) == LIMITS.inbound_body_bytes
     assert post(client, raw, token=gateway_token).status_code == 202
 
 
@@ -257,7 +260,7 @@ async def test_a_body_with_no_honest_length_is_cut_off_at_the_limit(owner, agent
     ]
     if length is not None:
         headers.append((b"content-length", length))
-    raw = json.dumps(body(text="x" * (2 * BODY_LIMIT))).encode()
+    raw = json.dumps(body(text="x" * (2 * LIMITS.inbound_body_bytes))).encode()
     communicator = HttpCommunicator(application, "POST", URL, body=raw, headers=headers)
     response = await communicator.get_response(timeout=10)
     assert response["status"] == 413
@@ -273,7 +276,7 @@ def test_a_declared_length_over_the_limit_is_refused_before_the_body_is_read(
         json.dumps(body()),  # small: only the declared length says otherwise
         content_type="application/json",
         HTTP_AUTHORIZATION=f"Bearer {gateway_token}",
-        CONTENT_LENGTH=str(BODY_LIMIT + 1),
+        CONTENT_LENGTH=str(LIMITS.inbound_body_bytes + 1),
     )
     assert response.status_code == 413
     assert response.json() == {"error": ERR_TOO_BIG, "field": "body"}

@@ -14,8 +14,9 @@ from django.test import Client
 
 from chats.gateway.ladder import ERR_TIE
 from chats.gateway.models import Binding, DmScope
-from chats.gateway.playground import MAX_LOG, PALETTE, SESSION_KEY
+from chats.gateway.playground import PALETTE, SESSION_KEY
 from chats.gateway.selectors import gateway_config
+from chats.limits import LIMITS
 
 pytestmark = pytest.mark.django_db
 
@@ -389,13 +390,13 @@ def test_a_fresh_playground_starts_at_the_gateways_dm_scope(play):
 
 
 def test_the_log_keeps_the_latest_messages_only(play):
-    for _ in range(MAX_LOG + 5):
+    for _ in range(LIMITS.playground_log_messages + 5):
         play.fire("bob-whatsapp")
 
     state = play.client.session[SESSION_KEY]
 
-    assert len(state["log"]) == MAX_LOG
-    assert state["log"][-1]["n"] == MAX_LOG + 5
+    assert len(state["log"]) == LIMITS.playground_log_messages
+    assert state["log"][-1]["n"] == LIMITS.playground_log_messages + 5
 
 
 def test_a_playground_the_session_cannot_read_starts_afresh(play):

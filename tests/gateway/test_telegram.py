@@ -10,7 +10,6 @@ import pytest
 from django.utils import timezone
 
 from chats.gateway.inbound import (
-    DEPTH_LIMIT,
     ERR_NUL,
     ERR_SURROGATE,
     ERR_TOO_BIG,
@@ -21,6 +20,7 @@ from chats.gateway.models import ChannelAccount, OutboxMessage, OutboxState
 from chats.gateway.outbox import outbox_deliver, outbox_enqueue
 from chats.gateway.services import channel_account_secret_rotate
 from chats.gateway.telegram import SECRET_HEADER, split_message, telegram_inbound
+from chats.limits import LIMITS
 from chats.models import Conversation, EntryRole
 from chats.runtime.runner import drain
 from tests.gateway.botapi import FakeBotApi
@@ -208,7 +208,9 @@ def test_a_body_that_is_not_json_gets_a_400_naming_the_body(client, bot):
     assert (response.status_code, response.json()["field"]) == (400, "body")
 
 
-@pytest.mark.parametrize("depth", [DEPTH_LIMIT, 100_000])  # 100,000: a RecursionError in json
+@pytest.mark.parametrize(
+    "depth", [LIMITS.inbound_depth_levels, 100_000]
+)  # 100,000: a RecursionError in json
 def test_an_update_nested_too_deeply_gets_a_400_naming_the_body(client, bot, depth):
     raw = json.dumps(update(reply_markup="@")).replace('"@"', "[" * depth + "]" * depth)
     response = deliver(client, bot, raw)

@@ -35,6 +35,13 @@ def test_conch_checks_and_migrates_on_postgresql(scaleout):
         ("CONCH_SUBAGENT_LANE", "0", "CONCH_SUBAGENT_LANE must be at least 1"),
         ("CONCH_DEBUG", "maybe", "CONCH_DEBUG must be true or false"),
         ("CONCH_SANDBOX", "sometimes", "CONCH_SANDBOX must be one of auto, off, required"),
+        (
+            "CONCH_TELEGRAM_API_BASE",
+            "file:///etc/passwd",
+            "CONCH_TELEGRAM_API_BASE must be an http:// or https:// address",
+        ),
+        ("CONCH_TIME_ZONE", "Mars/Olympus_Mons", "CONCH_TIME_ZONE must be a time zone name"),
+        ("CONCH_OUTBOX_MAX_ATTEMPTS", "0", "CONCH_OUTBOX_MAX_ATTEMPTS must be at least 1"),
     ],
 )
 def test_a_bad_setting_stops_start_up_with_its_name(tmp_path, variable, value, message):

@@ -5,12 +5,13 @@ from datetime import timedelta
 from django.utils import timezone
 
 from chats import events
+from chats.limits import LIMITS
 from chats.models import Conversation, Entry, EntryKind, Origin, Status, Taint, Turn
 from chats.runtime.chats import conversation_archive
 from chats.runtime.turns import task_start
 from chats.tools.registry import tools_offered
 from tests.together.conftest import edit, look, write
-from together.listing import CHATS_LISTED, LIST_LIMIT, list_chats
+from together.listing import CHATS_LISTED, list_chats
 from together.visibility import is_yours, offers_together
 
 
@@ -56,7 +57,7 @@ def test_twelve_at_most_but_every_busy_chat_is_counted(stage):
         chat = stage.chat(f"Busy {n}", [[look(), look()]])
         stage.start(chat)
     look_ = list_chats(conversation=me)
-    assert len(look_.rows) == LIST_LIMIT
+    assert len(look_.rows) == LIMITS.list_chats_rows
     assert look_.working == 15
     assert look_.headline == "Checked on your other chats · 15 working"
 

@@ -10,6 +10,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chats.limits import LIMITS
 from chats.models import (
     AuthProfile,
     Conversation,
@@ -23,7 +24,6 @@ from chats.models import (
     TurnState,
 )
 from chats.runtime.chats import ConchError, conversation_archive, conversation_create, entry_append
-from chats.runtime.stepping import RESULT_LIMIT
 from chats.runtime.turns import turn_end
 from chats.taint import taint_raise
 from chats.tools.registry import ToolContext, ToolError, tools_offered
@@ -606,7 +606,7 @@ def test_every_answer_fits_a_steps_result_whole(owner, agent, reader):
     )
     answers.append(run(past.READ_CHAT, reader, chat=busy.public_id))
     for answer in answers:
-        assert len(answer) <= RESULT_LIMIT
+        assert len(answer) <= LIMITS.tool_result_chars
         assert answer.count("</chat-words>") == answer.count("<chat-words ")
         assert answer.rstrip().endswith(("</chat-words>", "]"))
     assert "read_chat with chat" in answers[1] and "offset 1" in answers[1]

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import os
 
+from chats.limits import LIMITS
 from chats.models import Origin, Taint, Turn
 from tests.together.conftest import edit, look, write
 from together import places
-from together.reader import LINES_PER_TURN
 
 
 def test_another_chat_changing_files_in_this_folder_is_said(stage, workspace):
@@ -138,7 +138,7 @@ def test_at_most_four_lines_a_turn(stage, workspace):
     listener = stage.chat("Listener", [[look(), look(), look()]])
     stage.start(listener)
     stage.step(listener, 3)
-    assert len(stage.notes(listener)) == LINES_PER_TURN
+    assert len(stage.notes(listener)) == LIMITS.reader_lines_per_turn
 
 
 def test_a_chat_with_someone_elses_words_is_told_nothing(stage):

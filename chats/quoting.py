@@ -1,0 +1,349 @@
+"""Every word from outside Conch's own code is made safe here, and every one of Conch's frames is built here.
+
+- :func:`conch_note` builds Conch's frame: its fixed words are a literal in
+  the caller's code, and every value put into them is made plain unless it
+  came from here already (:class:`Said`), so no caller can frame an unquoted word.
+- :func:`plain` makes a title, a file name, an address or a reason fit for
+  inside the frame: no brackets or quotes of any kind, no invisibles, one line.
+- :func:`fence` puts longer words after the frame: secrets out before the cut,
+  and nothing inside can close the fence or open Conch's frame.
+
+Brackets and Conch's voice are judged in :func:`_is_bracket` and
+:func:`_opens_conch_voice`, on NFKC-folded characters: the one place to make
+lookalike handling stricter (a confusables skeleton, say). The secret shapes
+live here too, so a step's stored arguments are scrubbed by the same rules.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import string
+import unicodedata
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from chats.limits import LIMITS
+
+if TYPE_CHECKING:
+    from chats.models import Agent
+
+__all__ = [
+    "FRAME_OPENER",
+    "NOTHING",
+    "REDACTED",
+    "Said",
+    "clean",
+    "conch_note",
+    "conch_words",
+    "fence",
+    "is_conch_note",
+    "known_secrets",
+    "last_chars",
+    "named",
+    "not_as_conch",
+    "plain",
+    "plain_id",
+    "plain_list",
+    "plain_path",
+    "profile_secrets",
+    "quote",
+    "scrub_secrets",
+    "speaks_as_conch",
+]
+
+FRAME_OPENER = "[Conch: "
+FRAME_CLOSER = "]"
+_VOICE = "conch"  # what follows an opening bracket when Conch speaks, folded
+
+
+class Said(str):
+    """Words safe to stand inside Conch's frame as they are.
+
+    Made only in this module (:func:`plain` and its kin, :func:`named`,
+    :func:`conch_words`); any other text put into a frame is made plain first. Anything built from a
+    ``Said`` (an f-string, ``+``) is an ordinary ``str`` again, so it is
+    quoted again: joining never smuggles words past the check.
+    """
+
+    __slots__ = ()
+
+
+# ---------------------------------------------------------------------------
+# Characters: the one place that judges brackets, quotes and Conch's voice
+
+# Quotes and angle brackets that Unicode files as ordinary punctuation or maths,
+# not as opening/closing punctuation; NFKC folds their full-width forms onto these.
+_OTHER_BREAKERS = frozenset("<>\"'`")
+_BRACKET_CATEGORIES = frozenset({"Ps", "Pe", "Pi", "Pf"})
+
+
+def _fold(ch: str) -> str:
+    """The character as its compatibility form, case-folded: ``［`` is ``[``, ``Ｃ`` is ``c``."""
+    return unicodedata.normalize("NFKC", ch).casefold()
+
+
+def _invisible(ch: str) -> bool:
+    """Control, format (zero-width, bidi overrides and isolates), and other invisible characters."""
+    return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+
+
+def _is_bracket(ch: str) -> bool:
+    """A bracket or a quote of any kind: by Unicode category, or by what it folds to."""
+    return any(
+        c in _OTHER_BREAKERS or unicodedata.category(c) in _BRACKET_CATEGORIES for c in _fold(ch)
+    )
+
+
+def _opens_conch_voice(ch: str) -> bool:
+    """An opening bracket that could start Conch's frame. ``(`` is how a fence writes it safely."""
+    folded = _fold(ch)
+    if folded == "[":
+        return True
+    return unicodedata.category(ch) == "Ps" and folded != "("
+
+
+def speaks_as_conch(text: str) -> bool:
+    """Whether anything in ``text`` opens Conch's frame: a bracket, spaces, then "Conch"."""
+    return bool(_voice_openings(list(str(text or ""))))
+
+
+_VOICE_AFTER = re.compile(r"\s*" + _VOICE)
+# Marks that draw on the letter before them, and format characters: a reader's eye skips them.
+_SKIPPED = frozenset({"Mn", "Me", "Cf"})
+
+
+def _voice_openings(chars: list[str]) -> list[int]:
+    """Where in ``chars`` an opening bracket starts Conch's voice, judged on folded characters."""
+    folded = [
+        "" if unicodedata.category(ch) in _SKIPPED else " " if _invisible(ch) else _fold(ch)
+        for ch in chars
+    ]
+    view = "".join(folded)
+    found = []
+    at = 0
+    for i, ch in enumerate(chars):
+        at += len(folded[i])
+        if _opens_conch_voice(ch) and _VOICE_AFTER.match(view, at):
+            found.append(i)
+    return found
+
+
+# ---------------------------------------------------------------------------
+# Plain words, for inside Conch's frame
+
+
+def plain(text: object, *, limit: int = LIMITS.title_chars) -> Said:
+    """Plain words for inside Conch's frame: no brackets, quotes or invisibles, one line, at most ``limit``."""
+    text = unicodedata.normalize("NFKC", str(text or ""))
+    kept = [" " if _is_bracket(ch) or _invisible(ch) else ch for ch in text]
+    cleaned = re.sub(r"\s+", " ", "".join(kept)).strip()
+    if len(cleaned) > limit:
+        cleaned = cleaned[: limit - 1].rstrip() + "…"
+    return Said(cleaned or "untitled")
+
+
+def plain_path(path: object) -> Said:
+    """A file name or a path, for inside Conch's frame."""
+    return plain(path, limit=LIMITS.name_chars)
+
+
+def plain_id(chat_id: object) -> Said:
+    """A chat's or a task's id as a model gave it, for an answer or Conch's frame."""
+    return plain(chat_id, limit=LIMITS.id_chars)
+
+
+def plain_list(items: Iterable[object], *, limit: int = LIMITS.title_chars) -> Said:
+    """Several outside words, each made plain, joined by commas: "a.py, b.py, c.py"."""
+    return Said(", ".join(plain(item, limit=limit) for item in items))
+
+
+def named(title: object, chat_id: object) -> Said:
+    """A chat as Conch names it: its title in quotes, then its id."""
+    return Said(f"“{plain(title)}” (chat {plain_id(chat_id)})")
+
+
+# ---------------------------------------------------------------------------
+# Conch's frame
+
+_FORMATTER = string.Formatter()
+_FRAME_BREAKERS = frozenset("[]\n\r")
+NOTHING = Said("")
+
+
+def _fill(template: str, values: Mapping[str, object]) -> str:
+    """Conch's words with each value put in: Said as it is, a whole number as digits, anything else plain."""
+    out: list[str] = []
+    used: set[str] = set()
+    for literal, field, spec, conversion in _FORMATTER.parse(template):
+        if _FRAME_BREAKERS & set(literal):
+            raise ValueError(f"Conch's own words can't hold a bracket or a line break: {literal!r}")
+        out.append(literal)
+        if field is None:
+            continue
+        if conversion or not field.isidentifier():
+            raise ValueError(f"a frame's field is a plain name: {{{field}}}")
+        if field not in values:
+            raise KeyError(field)
+        used.add(field)
+        value = values[field]
+        if isinstance(value, Said):
+            out.append(value)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out.append(format(value, spec))
+        else:
+            out.append(plain(value))
+    unused = set(values) - used
+    if unused:
+        raise TypeError(f"values that the words don't use: {', '.join(sorted(unused))}")
+    return "".join(out)
+
+
+def conch_words(template: str, /, **values: object) -> Said:
+    """Part of Conch's frame: its own words, with each value made plain. For a frame built in pieces."""
+    return Said(_fill(template, values))
+
+
+def conch_note(template: str, /, **values: object) -> str:
+    """Conch's frame: ``template`` is Conch's own words, and every value is made plain inside it.
+
+    ``conch_note("the task {title} ({id}) is done.", title=task.title, id=task.public_id)``.
+    Longer outside words go in a :func:`fence` after it, never in it.
+    """
+    return f"{FRAME_OPENER}{_fill(template, values)}{FRAME_CLOSER}"
+
+
+def is_conch_note(text: str) -> bool:
+    """Whether ``text`` starts with Conch's frame (as :func:`conch_note` writes it)."""
+    return str(text or "").startswith(FRAME_OPENER)
+
+
+# ---------------------------------------------------------------------------
+# Fences, for longer words after the frame
+
+
+def not_as_conch(text: object) -> str:
+    """The words with every opening of Conch's frame written ``(`` instead, and nothing else changed.
+
+    For outside words Conch passes on unfenced (a task's prompt, a recap a model
+    wrote): they keep their angle brackets, but none of them speaks as Conch.
+    """
+    chars = list(str(text or ""))
+    for i in _voice_openings(chars):
+        chars[i] = "("
+    return "".join(chars)
+
+
+def quote(text: object) -> str:
+    """Write angle brackets and Conch's frame opener otherwise, so the words can't close a fence or speak as Conch."""
+    chars = [" " if _invisible(ch) and ch not in "\n\t" else ch for ch in str(text or "")]
+    for i, ch in enumerate(chars):
+        folded = _fold(ch)
+        if "<" in folded:
+            chars[i] = "‹"
+        elif ">" in folded:
+            chars[i] = "›"
+    return not_as_conch("".join(chars))
+
+
+def last_chars(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return "…" + text[-(limit - 1) :]
+
+
+_TAG = re.compile(r"^[a-z][a-z-]*$")
+
+
+def fence(
+    tag: str, text: object, *, limit: int | None = None, attrs: Mapping[str, str] | None = None
+) -> str:
+    """``<tag>…</tag>`` around cleaned, quoted words. Secrets go before the cut.
+
+    ``tag`` and the attribute names are Conch's own; the attribute values are made plain.
+    """
+    for name in (tag, *(attrs or {})):
+        if not _TAG.match(name):
+            raise ValueError(f"a fence's tag and attribute names are Conch's own words: {name!r}")
+    words = clean(str(text or ""))
+    if limit is not None:
+        words = last_chars(words, limit)
+    attributes = "".join(f' {k}="{plain_path(v)}"' for k, v in (attrs or {}).items())
+    return f"<{tag}{attributes}>\n{quote(words)}\n</{tag}>"
+
+
+# ---------------------------------------------------------------------------
+# Secrets: anything shaped like a key or a password, taken out of words Conch keeps or passes on
+
+_KEY_SHAPES = [
+    re.compile(r"\b(?:sk|pk|rk)-(?:live-|test-|proj-|ant-)?[A-Za-z0-9_\-]{16,}"),
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
+    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),
+    re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"),
+    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"),
+    re.compile(r"\b[0-9]{6,}:[A-Za-z0-9_\-]{30,}\b"),  # chat-app bot tokens
+    re.compile(r"(?i)\b(?:bearer)\s+[A-Za-z0-9._\-]{16,}"),
+]
+_ASSIGNED = re.compile(
+    r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)"
+    r"(\s*[:=]\s*|\s+is\s+)"
+    r"(\"[^\"]*\"|'[^']*'|\S+)"
+)
+REDACTED = "[redacted]"
+
+
+def scrub_secrets(text: str, *, known: tuple[str, ...] = ()) -> str:
+    """Take out known secret values and anything shaped like a key or a password."""
+    text = str(text or "")
+    for value in sorted((k for k in known if k and len(k) >= 4), key=len, reverse=True):
+        text = text.replace(value, REDACTED)
+    for shape in _KEY_SHAPES:
+        text = shape.sub(REDACTED, text)
+    return _ASSIGNED.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+# Environment variables whose values are the server's secrets, wherever they show up:
+# named for a secret at their end (OPENAI_API_KEY, GITHUB_TOKEN), or Conch's stores.
+_SECRET_ENV = re.compile(
+    r"(?i)(?:^|_)(?:secret|secret_?key|token|password|passwd|api_?key|private_?key|access_?key|credentials?)$"
+    r"|^(?:database_url|redis_url)$"
+)
+# Shorter values are too likely to be ordinary words ("false", "1234") to take out.
+_SHORTEST_ENV_SECRET = 8
+
+
+def known_secrets(
+    agent: Agent | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """Secret values Conch holds: Django's key, secret-named variables, the persona's auth profiles.
+
+    For :func:`scrub_secrets`'s ``known``: a command's output that prints one of
+    them exactly is caught even when it has no key's shape.
+    """
+    from django.conf import settings
+
+    environ = os.environ if environ is None else environ
+    values = [settings.SECRET_KEY]
+    values += [
+        value
+        for name, value in environ.items()
+        if _SECRET_ENV.search(name) and len(value) >= _SHORTEST_ENV_SECRET
+    ]
+    if agent is not None and agent.pk is not None:
+        values += list(agent.auth_profiles.exclude(secret="").values_list("secret", flat=True))
+    return tuple(v for v in values if v)
+
+
+def profile_secrets() -> tuple[str, ...]:
+    """The values every persona holds as passwords: each auth profile's secret."""
+    from chats.models import AuthProfile
+
+    return tuple(AuthProfile.objects.exclude(secret="").values_list("secret", flat=True))
+
+
+def clean(text: str) -> str:
+    """A message or reply as it leaves its chat: known secrets and key shapes taken out."""
+    return scrub_secrets(text, known=profile_secrets())

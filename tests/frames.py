@@ -1,0 +1,38 @@
+"""An independent reading of Conch's voice, for tests: where does a text open Conch's frame?
+
+Folded as a reader would see it (NFKC, case-folded, combining marks and format
+characters dropped): an opening bracket other than "(" (written "[", or any
+opening punctuation), then spaces, then "conch". It shares no code with
+``chats.quoting``, so a test that counts with it checks that module, not itself.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+_SKIP = {"Mn", "Me", "Cf"}
+
+
+def conch_voices(text: str) -> int:
+    """How many times ``text`` opens Conch's frame."""
+    folded = "".join(
+        ch for ch in unicodedata.normalize("NFKC", text) if unicodedata.category(ch) not in _SKIP
+    ).casefold()
+    count = 0
+    for m in re.finditer(r"conch", folded):
+        before = folded[: m.start()].rstrip()
+        if before and (
+            before[-1] == "[" or (unicodedata.category(before[-1]) == "Ps" and before[-1] != "(")
+        ):
+            count += 1
+    return count
+
+
+def frame_closers(text: str) -> int:
+    """Closing brackets other than ")" (Conch's own words use it), folded as a reader would."""
+    return sum(
+        1
+        for ch in unicodedata.normalize("NFKC", text)
+        if ch == "]" or (unicodedata.category(ch) == "Pe" and ch != ")")
+    )
