@@ -21,12 +21,9 @@ import re
 import string
 import unicodedata
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from chats.limits import LIMITS
-
-if TYPE_CHECKING:
-    from chats.models import Agent
+from chats.models import Agent, AuthProfile
 
 __all__ = [
     "FRAME_OPENER",
@@ -339,8 +336,6 @@ def known_secrets(
 
 def profile_secrets() -> tuple[str, ...]:
     """The values every persona holds as passwords: each auth profile's secret."""
-    from chats.models import AuthProfile
-
     return tuple(AuthProfile.objects.exclude(secret="").values_list("secret", flat=True))
 
 
