@@ -233,6 +233,10 @@ def _with_action(action: dict) -> dict:
     return _one_chat(script=[[{"say": "hi"}, action]])
 
 
+def _read(path: str) -> dict:
+    return {"tool": "read_file", "args": {"path": path}}
+
+
 BAD_SCENARIOS = {
     "bad_json": ('{"chats": [', "is not valid JSON"),
     "unknown_tool": (
@@ -295,6 +299,89 @@ def test_every_problem_is_reported_at_once():
     assert "chats[1]: missing field 'name'." in problems
     assert "chats[1]: origin chat_app needs origin_channel (e.g. telegram)." in problems
     assert "files['app/x.py/y.py']: 'app/x.py' is seeded as a file, not a folder." in problems
+
+
+PROBLEM_LINES = {
+    "not_an_object": ([_one_chat()], "The scenario must be a JSON object."),
+    "unknown_top_field": (
+        {**_one_chat(), "colour": "red"},
+        "unknown field 'colour' at the top; expected chats, description, files, max_ticks, pages.",
+    ),
+    "no_chats": ({"chats": []}, "chats must be a non-empty list of chats (got [])."),
+    "max_ticks": (
+        {**_one_chat(), "max_ticks": 0},
+        "max_ticks must be a whole number from 1 to 10000 (got 0).",
+    ),
+    "chat_not_an_object": ({"chats": ["a"]}, "chats[0] must be an object (got 'a')."),
+    "title_too_long": (
+        _one_chat(title="x" * 121),
+        'chat "a": title must be text of 1 to 120 characters (got 121 characters).',
+    ),
+    "a_tick_that_is_true": (
+        _one_chat(messages=[{"at": True, "text": "go"}]),
+        'chat "a": messages[0].at must be a whole number of ticks, 0 or more (got True).',
+    ),
+    "blank_words": (
+        _one_chat(messages=[{"at": 0, "text": "  "}]),
+        "chat \"a\": messages[0].text must be some words (got '  ').",
+    ),
+    "message_missing_its_tick": (
+        _one_chat(messages=[{"text": "go"}]),
+        "chat \"a\": messages[0]: missing field 'at'.",
+    ),
+    "file_leaves_the_root": (
+        {**_one_chat(), "files": {"../x.py": ""}},
+        "files['../x.py']: the path '../x.py' leaves the run's root folder.",
+    ),
+    "file_too_long": (
+        {**_one_chat(), "files": {"app/x.py": "x" * 1_000_001}},
+        "files['app/x.py'] must be text, up to 1,000,000 characters (got 1,000,001 characters).",
+    ),
+    "folder_in_the_way": (
+        {**_one_chat(), "files": {"app": "a file"}},
+        "chat \"a\": its folder 'app' is in the way of the seeded file 'app'.",
+    ),
+    "a_channel_for_an_own_chat": (
+        _one_chat(origin_channel="telegram"),
+        'chat "a": origin_channel is only for origin chat_app.',
+    ),
+    "a_path_deep_in_a_tasks_script": (
+        _with_action(
+            {
+                "tool": "start_background_task",
+                "args": {"title": "T", "script": [[{"say": "hi"}, _read("/etc/x")]]},
+            }
+        ),
+        'chat "a": script[0][1] (start_background_task) args.script[0][1].args.path: the path '
+        "'/etc/x' is absolute; give it relative to the chat's folder 'app'.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROBLEM_LINES))
+def test_each_problem_is_one_line_naming_the_chat_and_the_fields_path(case):
+    data, expected = PROBLEM_LINES[case]
+    with pytest.raises(ScenarioError) as caught:
+        scenario_parse(data)
+    assert expected in caught.value.problems
+
+
+def test_every_path_that_leaves_the_folder_is_reported_not_just_the_first():
+    script = [
+        [
+            {"tool": "read_file", "args": {"path": "../../a"}},
+            {"say": "between"},
+            {"tool": "write_file", "args": {"path": "~/b", "content": "x"}},
+        ]
+    ]
+    with pytest.raises(ScenarioError) as caught:
+        scenario_parse(_one_chat(script=script))
+    assert caught.value.problems == [
+        "chat \"a\": script[0][0] (read_file) args.path: the path '../../a' leaves the chat's "
+        "folder 'app'.",
+        "chat \"a\": script[0][2] (write_file) args.path: the path '~/b' starts with ~; give it "
+        "relative to the chat's folder 'app'.",
+    ]
 
 
 def test_a_path_that_leaves_and_comes_back_into_the_folder_is_allowed():
