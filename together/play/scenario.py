@@ -1,12 +1,9 @@
 """A scenario file, read and checked whole before anything is written (format: docs/scenarios.md).
 
-The pydantic models below are the format. Every problem is reported at once,
-one line each, naming the chat (``chat "fix"``, or ``chats[1]`` while it has
-no usable name) and the field's path inside it (``messages[0].at``): see
-:func:`scenario_parse`. What can't be said as a field's type is a validator
-on the model that knows enough: a path that must stay inside a folder, a
-script the scripted engine would refuse, presses against the messages the
-scripts can send.
+The pydantic models are the format. :func:`scenario_parse` turns their errors
+into one line per problem, naming the chat (``chat "fix"``, or ``chats[1]``
+when it has no name of its own) and the field's path inside it
+(``messages[0].at``).
 """
 
 from __future__ import annotations
@@ -302,7 +299,9 @@ class ChatSpec(BaseModel):
 
     @field_validator("presses")
     @classmethod
-    def _each_held_message_pressed_once(cls, presses: list[Press], info: ValidationInfo):
+    def _each_held_message_pressed_once(
+        cls, presses: list[Press], info: ValidationInfo
+    ) -> list[Press]:
         if presses and "inbound" in info.data and info.data["inbound"] != Inbound.HOLD:
             inbound = info.data["inbound"] or "unset"
             raise _problem(NAMES_ITS_PLACE, f"{ERR_PRESS_NOT_HOLD} (its inbound is {inbound}).")
