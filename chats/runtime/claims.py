@@ -86,6 +86,19 @@ def turn_claim(*, worker: str, limit: int, lanes: Iterable[str] | None = None) -
     return claimed
 
 
+def turn_claim_one(*, turn_id: int, worker: str) -> bool:
+    """Claim one particular runnable turn; False if it isn't runnable or is someone else's.
+
+    The conditional update is what makes the claim exclusive, as in ``turn_claim``.
+    """
+    lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
+    return bool(
+        Turn.objects.filter(
+            pk=turn_id, claimed_by="", state=TurnState.RUNNING, ended_at__isnull=True
+        ).update(claimed_by=worker, lease_until=lease)
+    )
+
+
 def turn_renew_lease(*, turn_id: int, worker: str) -> bool:
     lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
     return bool(Turn.objects.filter(pk=turn_id, claimed_by=worker).update(lease_until=lease))

@@ -24,6 +24,7 @@ from chats import events, hooks, processes
 from chats.models import Turn, TurnState
 from chats.runtime.claims import (
     turn_claim,
+    turn_claim_one,
     turn_release,
     turn_renew_lease,
     turn_renew_leases,
@@ -33,6 +34,8 @@ from chats.runtime.stepping import turn_advance
 from chats.runtime.turns import ERR_COMMAND_SHUTDOWN, tasks_make_room, turn_end
 
 log = logging.getLogger(__name__)
+
+ERR_INTERNAL = "Conch hit an internal error."
 
 
 def worker_name() -> str:
@@ -147,12 +150,7 @@ class Runner:
         try:
             self.drive(turn_id)
         except Exception:
-            log.exception("driving turn %s failed", turn_id)
-            try:
-                turn = Turn.objects.get(pk=turn_id)
-                turn_end(turn=turn, state=TurnState.FAILED, reason="Conch hit an internal error.")
-            except Exception:
-                log.exception("could not mark turn %s failed", turn_id)
+            _failed(turn_id)
         finally:
             with self._lock:
                 self._active.discard(turn_id)
@@ -173,6 +171,16 @@ class Runner:
         self.turns_driven += 1
 
 
+def _failed(turn_id: int) -> None:
+    """End a reply whose driving raised: the person sees it failed, the log says why."""
+    log.exception("driving turn %s failed", turn_id)
+    try:
+        turn = Turn.objects.get(pk=turn_id)
+        turn_end(turn=turn, state=TurnState.FAILED, reason=ERR_INTERNAL)
+    except Exception:
+        log.exception("could not mark turn %s failed", turn_id)
+
+
 _embedded: Runner | None = None
 
 
@@ -190,7 +198,7 @@ def start_embedded_runner(*, lone: bool = True) -> Runner:
 
 
 def drain(*, worker: str = "drain", limit: int = 10_000, honour_delays: bool = False) -> int:
-    """Run every runnable reply to its end in this thread; for tests and ``conch_play``.
+    """Run every runnable reply to its end in this thread; for tests.
 
     Returns how many actions were played. Stops after ``limit`` actions so a
     script that loops can't hang a test.
@@ -212,3 +220,31 @@ def drain(*, worker: str = "drain", limit: int = 10_000, honour_delays: bool = F
         else:
             turn_release(turn_id=turn_id, worker=worker)
     return played
+
+
+def runnable_by_chat() -> dict[int, int]:
+    """Each chat with a reply waiting for a runner: chat pk → that reply's pk.
+
+    A chat runs one reply at a time, so each chat has at most one.
+    """
+    return dict(
+        Turn.objects.filter(
+            state=TurnState.RUNNING, ended_at__isnull=True, claimed_by=""
+        ).values_list("conversation_id", "pk")
+    )
+
+
+def drive_one_action(*, turn_id: int, worker: str) -> bool:
+    """Claim one particular reply, play exactly one action of it, and let it go.
+
+    For ``conch_play``, which interleaves chats one action at a time. False if
+    the reply wasn't runnable or another worker holds it. Delays are skipped.
+    """
+    if not turn_claim_one(turn_id=turn_id, worker=worker):
+        return False
+    try:
+        turn_advance(turn_id=turn_id, worker=worker, honour_delays=False)
+    except Exception:
+        _failed(turn_id)
+    turn_release(turn_id=turn_id, worker=worker)
+    return True

@@ -1,6 +1,12 @@
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+from django.conf import settings
 
 from chats.models import Entry, EntryKind, Turn
 from chats.runtime.chats import conversation_create
@@ -82,3 +88,27 @@ def message(chat, text, start_reply=False):
 
 def wait_chat(chat):
     return {"tool": "wait_for", "args": {"kind": "chat", "id": chat.public_id}}
+
+
+@pytest.fixture(scope="session")
+def play_template(tmp_path_factory) -> Path:
+    """A migrated SQLite file the tests' plays copy (``conch_play --template``), made by one play.
+
+    Migrating costs more than most plays; each play copies this file instead.
+    """
+    folder = tmp_path_factory.mktemp("play-template")
+    empty = folder / "empty.json"
+    empty.write_text(
+        json.dumps({"chats": [{"name": "a", "title": "A", "folder": ".", "script": []}]})
+    )
+    template = folder / "conch.sqlite3"
+    made = subprocess.run(
+        [sys.executable, "manage.py", "conch_play", str(empty), "--template", str(template)],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert made.returncode == 0, made.stderr
+    assert template.is_file()
+    return template

@@ -14,30 +14,35 @@ from pathlib import Path
 
 import pytest
 
-from chats.play import (
+from tests.together.test_play import Person
+from together.messages import ERR_CHAIN_MESSAGES, ERR_CHAIN_REPLIES, MESSAGE_LIMITS
+from together.models import MessageState
+from together.play.scenario import (
     ERR_PRESS_NOT_HOLD,
     ERR_PRESS_SHAPE,
     ScenarioError,
     scenario_parse,
 )
-from tests.chats.test_play import Person
-from together.messages import ERR_CHAIN_MESSAGES, ERR_CHAIN_REPLIES, MESSAGE_LIMITS
-from together.models import MessageState
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ("loop_three_chats", "wait_for_task", "held_then_passed_on")
 
 
-def _command(name: str) -> list[str]:
-    return [sys.executable, "manage.py", "conch_play", f"scenarios/{name}.json", "--json"]
+def _command(name: str, template: Path, *options: str) -> list[str]:
+    scenario = f"scenarios/{name}.json"
+    return [sys.executable, "manage.py", "conch_play", scenario, "--template", template, *options]
 
 
 @pytest.fixture(scope="module")
-def outputs() -> dict[str, tuple[str, str]]:
+def outputs(play_template) -> dict[str, tuple[str, str]]:
     """Each scenario played twice with --json, all six plays at once."""
     runs = {
         (name, n): subprocess.Popen(
-            _command(name), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            _command(name, play_template, "--json"),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for name in SCENARIOS
         for n in (1, 2)
@@ -287,9 +292,9 @@ def test_a_dismissed_message_is_never_read_and_says_why(reports):
     assert not any(r["started_by"] == "message" for r in ideas["replies"])
 
 
-def test_the_text_form_shows_each_card_with_its_state_and_history():
+def test_the_text_form_shows_each_card_with_its_state_and_history(play_template):
     played = subprocess.run(
-        [sys.executable, "manage.py", "conch_play", "scenarios/held_then_passed_on.json"],
+        _command("held_then_passed_on", play_template),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -405,8 +410,8 @@ def test_presses_on_a_chat_that_does_not_hold_messages_are_refused(inbound):
     assert f'chat "held": {ERR_PRESS_NOT_HOLD} (its inbound is {inbound or "unset"}).' in problems
 
 
-def test_a_bad_press_creates_nothing(tmp_path):
-    person = Person(tmp_path / "person")
+def test_a_bad_press_creates_nothing(tmp_path, play_template):
+    person = Person(tmp_path / "person", play_template)
     scenario = tmp_path / "bad_press.json"
     scenario.write_text(json.dumps(_holding([{"at": 1, "pass": 1, "dismiss": 1}])))
     played = person.play(scenario, "--json")
@@ -416,8 +421,8 @@ def test_a_bad_press_creates_nothing(tmp_path):
     person.assert_nothing_left()
 
 
-def test_a_press_before_its_message_came_stops_the_play_with_why(tmp_path):
-    person = Person(tmp_path / "person")
+def test_a_press_before_its_message_came_stops_the_play_with_why(tmp_path, play_template):
+    person = Person(tmp_path / "person", play_template)
     scenario = tmp_path / "early.json"
     scenario.write_text(json.dumps(_holding([{"at": 0, "pass": 1}])))
     played = person.play(scenario, "--json")

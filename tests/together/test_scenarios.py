@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def played():
+def played(play_template):
     out = subprocess.run(
         [
             sys.executable,
@@ -21,6 +21,8 @@ def played():
             "conch_play",
             "scenarios/together_same_folder.json",
             "--json",
+            "--template",
+            play_template,
         ],
         cwd=ROOT,
         capture_output=True,

@@ -1,9 +1,10 @@
 """A scenario's web pages, served on a loopback port while it plays, for ``fetch_page``.
 
-A scenario may carry ``"pages": {"/notes.html": "<html>…</html>"}``. In a
-chat's script an address is written ``"{pages}/notes.html"``; for the run
-it becomes ``http://127.0.0.1:<port>/notes.html``, and the report writes the
-port back as ``{pages}``, so a play prints the same bytes every time.
+A scenario may carry ``"pages": {"/notes.html": "<html>…</html>"}`` (checked
+with the rest in scenario.py). In a chat's script an address is written
+``"{pages}/notes.html"``; for the run it becomes
+``http://127.0.0.1:<port>/notes.html``, and the report writes the port back
+as ``{pages}``, so a play prints the same bytes every time.
 
 Only the play's own child process serves them, and only there, while they
 are served, is ``fetch_page`` let reach loopback
@@ -23,32 +24,11 @@ from typing import Any
 
 from django.conf import settings
 
+from together.play.scenario import Scenario
+
 PAGES_TOKEN = "{pages}"
-PAGE_LIMIT = 1_000_000
 TYPES = {".txt": "text/plain; charset=utf-8", ".json": "application/json"}
 HTML = "text/html; charset=utf-8"
-
-
-def pages_check(raw: Any, problems: list[str]) -> dict[str, str]:
-    """The scenario's ``pages``, checked: each a path starting with / and its text."""
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        problems.append('pages must be an object mapping paths to their text: {"/a.html": "..."}.')
-        return {}
-    pages: dict[str, str] = {}
-    for path, text in raw.items():
-        if not isinstance(path, str) or not path.startswith("/") or "?" in path or "#" in path:
-            problems.append(f"pages[{path!r}]: a page's path starts with / (no ? or #).")
-        elif any(ch.isspace() or ord(ch) < 32 for ch in path):
-            problems.append(f"pages[{path!r}]: a page's path has no spaces.")
-        elif not isinstance(text, str):
-            problems.append(f"pages[{path!r}] must be the page's text.")
-        elif len(text) > PAGE_LIMIT:
-            problems.append(f"pages[{path!r}] is longer than {PAGE_LIMIT} characters.")
-        else:
-            pages[path] = text
-    return pages
 
 
 def _content_type(path: str) -> str:
@@ -72,7 +52,7 @@ def _with_base(value: Any, base: str) -> Any:
 class Served:
     """The scenario with its addresses pointing at the pages, and the way back for the report."""
 
-    scenario: Any
+    scenario: Scenario
     base: str | None
 
     def unport(self, report: Any) -> Any:
@@ -88,9 +68,9 @@ class Served:
 
 
 @contextlib.contextmanager
-def pages_served(scenario) -> Iterator[Served]:
+def pages_served(scenario: Scenario) -> Iterator[Served]:
     """Serve the scenario's pages on 127.0.0.1 for the length of the play."""
-    pages = pages_check(scenario.raw.get("pages"), [])
+    pages = scenario.pages
     if not pages:
         yield Served(scenario, None)
         return
@@ -120,11 +100,11 @@ def pages_served(scenario) -> Iterator[Served]:
     allowed = settings.CONCH_FETCH_ALLOW_PRIVATE
     settings.CONCH_FETCH_ALLOW_PRIVATE = True
     try:
-        chats = tuple(
-            dataclasses.replace(spec, script=_with_base(spec.script, base))
+        chats = [
+            spec.model_copy(update={"script": _with_base(spec.script, base)})
             for spec in scenario.chats
-        )
-        yield Served(dataclasses.replace(scenario, chats=chats), base)
+        ]
+        yield Served(scenario.model_copy(update={"chats": chats}), base)
     finally:
         settings.CONCH_FETCH_ALLOW_PRIVATE = allowed
         server.shutdown()

@@ -1,6 +1,6 @@
 """``manage.py conch_play SCENARIO.json [--json]``: play scripted chats together and print what happened.
 
-The scenario format is in docs/scenarios.md; the logic is in chats/play.py.
+The scenario format is in docs/scenarios.md; the player is together/play/.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from chats import play
+from together.play.player import play_inner, scenario_run_isolated
+from together.play.render import report_json, report_text
+from together.play.scenario import ScenarioError, scenario_load
 
 
 class Command(BaseCommand):
@@ -34,23 +36,43 @@ class Command(BaseCommand):
             action="store_true",
             help="Keep the run's temporary folder and say where it is.",
         )
+        parser.add_argument(
+            "--template",
+            default="",
+            metavar="FILE",
+            help=(
+                "Start the play's database as a copy of FILE, an SQLite database Conch has "
+                "only migrated, instead of migrating a new one. If FILE doesn't exist, the "
+                "play saves its newly migrated database there."
+            ),
+        )
         # The child process's side; it refuses anything but a brand-new SQLite database.
         parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
         parser.add_argument("--root", default="", help=argparse.SUPPRESS)
 
-    def handle(self, *args, scenario: str, as_json: bool, keep: bool, inner: bool, root: str, **_):
+    def handle(
+        self,
+        *args,
+        scenario: str,
+        as_json: bool,
+        keep: bool,
+        template: str,
+        inner: bool,
+        root: str,
+        **_,
+    ):
         try:
             if inner:
-                report = play.play_inner(raw=sys.stdin.read(), root=root)
-                self.stdout.write(play.report_json(report))
+                report = play_inner(raw=sys.stdin.read(), root=root, template=template)
+                self.stdout.write(report_json(report))
                 return
-            loaded = play.scenario_load(scenario)
-            report, logs = play.scenario_run_isolated(loaded, keep=keep)
-        except play.ScenarioError as exc:
+            loaded = scenario_load(scenario)
+            report, logs = scenario_run_isolated(loaded, keep=keep, template=template or None)
+        except ScenarioError as exc:
             raise CommandError(str(exc)) from None
         if logs.strip():
             self.stderr.write(logs.rstrip())
         report["scenario"] = Path(scenario).stem
-        self.stdout.write(play.report_json(report) if as_json else play.report_text(report))
+        self.stdout.write(report_json(report) if as_json else report_text(report))
         if report.get("error"):
             raise CommandError(report["error"])

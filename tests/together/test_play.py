@@ -1,25 +1,23 @@
 """conch_play: scenarios play in their own database and folders, print the same every run,
-and bad scenarios are refused before anything is written. conch_demo: live demo chats, once."""
+and bad scenarios are refused before anything is written."""
 
 from __future__ import annotations
 
-import io
+import contextlib
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.core.management import call_command
 
-from chats.engines.scripted import validate_script
-from chats.management.commands.conch_demo import DEMO_FILES, demo_chats
-from chats.models import Conversation, Status, Turn, TurnState
-from chats.play import TEMP_PREFIX, ScenarioError, scenario_parse, turn_claim_one
-from chats.runtime.runner import drain
-from tests.factories import ConversationFactory, TurnFactory
+from chats.models import Status, TurnState
+from together.play.player import TEMP_PREFIX
+from together.play.scenario import ScenarioError, scenario_load, scenario_parse
 
 BASE = Path(settings.BASE_DIR)
 SCENARIOS = BASE / "scenarios"
@@ -27,9 +25,13 @@ TWO_CHATS = SCENARIOS / "two_chats_one_folder.json"
 
 
 class Person:
-    """The person's own CONCH_HOME and temp folder, as the command sees them."""
+    """The person's own CONCH_HOME and temp folder, as the command sees them.
 
-    def __init__(self, base: Path):
+    Their plays start from ``template`` (``--template``) unless told otherwise.
+    """
+
+    def __init__(self, base: Path, template: Path | None = None):
+        self.template = template
         self.home = base / "home"
         self.tmp = base / "tmp"
         for folder in (self.home / "logs", self.home / "workspaces", self.tmp):
@@ -39,7 +41,9 @@ class Person:
     def home_listing(self) -> set[str]:
         return {str(p.relative_to(self.home)) for p in self.home.rglob("*")}
 
-    def play(self, *args: str) -> subprocess.CompletedProcess:
+    def play(self, *args: str | Path, template: bool = True) -> subprocess.CompletedProcess:
+        if template and self.template is not None:
+            args = (*args, "--template", self.template)
         env = {
             **os.environ,
             "CONCH_HOME": str(self.home),
@@ -62,15 +66,15 @@ class Person:
 
 
 @pytest.fixture
-def person(tmp_path) -> Person:
-    return Person(tmp_path)
+def person(tmp_path, play_template) -> Person:
+    return Person(tmp_path, play_template)
 
 
 @pytest.fixture(scope="module")
-def two_chats_played(tmp_path_factory):
-    """The two-chats example, played twice with --json."""
-    person = Person(tmp_path_factory.mktemp("played"))
-    first = person.play(TWO_CHATS, "--json")
+def two_chats_played(tmp_path_factory, play_template):
+    """The two-chats example, played twice with --json: once migrating, once from the template."""
+    person = Person(tmp_path_factory.mktemp("played"), play_template)
+    first = person.play(TWO_CHATS, "--json", template=False)
     second = person.play(TWO_CHATS, "--json")
     assert first.returncode == 0, first.stderr
     assert second.returncode == 0, second.stderr
@@ -87,7 +91,7 @@ def _chat(report: dict, name: str) -> dict:
 
 def test_a_scenario_played_twice_prints_the_same_bytes(two_chats_played):
     _, first, second = two_chats_played
-    assert first == second
+    assert first == second  # and a play from a template prints what a migrating play does
     assert json.loads(first)["chats"]  # and it is a real report, not two empty outputs
 
 
@@ -229,6 +233,10 @@ def _with_action(action: dict) -> dict:
     return _one_chat(script=[[{"say": "hi"}, action]])
 
 
+def _read(path: str) -> dict:
+    return {"tool": "read_file", "args": {"path": path}}
+
+
 BAD_SCENARIOS = {
     "bad_json": ('{"chats": [', "is not valid JSON"),
     "unknown_tool": (
@@ -244,7 +252,10 @@ BAD_SCENARIOS = {
         _with_action({"tool": "write_file", "args": {"path": "/etc/passwd", "content": "x"}}),
         "chat \"a\": script[0][1] (write_file) args.path: the path '/etc/passwd' is absolute",
     ),
-    "folder_escape": (_one_chat(folder="../outside"), "folder '../outside' leaves"),
+    "folder_escape": (
+        _one_chat(folder="../outside"),
+        "chat \"a\": folder: the path '../outside' leaves the run's root folder.",
+    ),
     "bad_enum": (_one_chat(mode="yolo"), 'chat "a": mode must be one of ask, auto, plan'),
     "duplicate_name": (
         {"chats": [_one_chat()["chats"][0], _one_chat(title="Again")["chats"][0]]},
@@ -290,11 +301,100 @@ def test_every_problem_is_reported_at_once():
     assert "files['app/x.py/y.py']: 'app/x.py' is seeded as a file, not a folder." in problems
 
 
+PROBLEM_LINES = {
+    "not_an_object": ([_one_chat()], "The scenario must be a JSON object."),
+    "unknown_top_field": (
+        {**_one_chat(), "colour": "red"},
+        "unknown field 'colour' at the top; expected chats, description, files, max_ticks, pages.",
+    ),
+    "no_chats": ({"chats": []}, "chats must be a non-empty list of chats (got [])."),
+    "max_ticks": (
+        {**_one_chat(), "max_ticks": 0},
+        "max_ticks must be a whole number from 1 to 10000 (got 0).",
+    ),
+    "chat_not_an_object": ({"chats": ["a"]}, "chats[0] must be an object (got 'a')."),
+    "title_too_long": (
+        _one_chat(title="x" * 121),
+        'chat "a": title must be text of 1 to 120 characters (got 121 characters).',
+    ),
+    "a_tick_that_is_true": (
+        _one_chat(messages=[{"at": True, "text": "go"}]),
+        'chat "a": messages[0].at must be a whole number of ticks, 0 or more (got True).',
+    ),
+    "blank_words": (
+        _one_chat(messages=[{"at": 0, "text": "  "}]),
+        "chat \"a\": messages[0].text must be some words (got '  ').",
+    ),
+    "message_missing_its_tick": (
+        _one_chat(messages=[{"text": "go"}]),
+        "chat \"a\": messages[0]: missing field 'at'.",
+    ),
+    "file_leaves_the_root": (
+        {**_one_chat(), "files": {"../x.py": ""}},
+        "files['../x.py']: the path '../x.py' leaves the run's root folder.",
+    ),
+    "file_too_long": (
+        {**_one_chat(), "files": {"app/x.py": "x" * 1_000_001}},
+        "files['app/x.py'] must be text, up to 1,000,000 characters (got 1,000,001 characters).",
+    ),
+    "folder_in_the_way": (
+        {**_one_chat(), "files": {"app": "a file"}},
+        "chat \"a\": its folder 'app' is in the way of the seeded file 'app'.",
+    ),
+    "a_channel_for_an_own_chat": (
+        _one_chat(origin_channel="telegram"),
+        'chat "a": origin_channel is only for origin chat_app.',
+    ),
+    "a_path_deep_in_a_tasks_script": (
+        _with_action(
+            {
+                "tool": "start_background_task",
+                "args": {"title": "T", "script": [[{"say": "hi"}, _read("/etc/x")]]},
+            }
+        ),
+        'chat "a": script[0][1] (start_background_task) args.script[0][1].args.path: the path '
+        "'/etc/x' is absolute; give it relative to the chat's folder 'app'.",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROBLEM_LINES))
+def test_each_problem_is_one_line_naming_the_chat_and_the_fields_path(case):
+    data, expected = PROBLEM_LINES[case]
+    with pytest.raises(ScenarioError) as caught:
+        scenario_parse(data)
+    assert expected in caught.value.problems
+
+
+def test_every_path_that_leaves_the_folder_is_reported_not_just_the_first():
+    script = [
+        [
+            {"tool": "read_file", "args": {"path": "../../a"}},
+            {"say": "between"},
+            {"tool": "write_file", "args": {"path": "~/b", "content": "x"}},
+        ]
+    ]
+    with pytest.raises(ScenarioError) as caught:
+        scenario_parse(_one_chat(script=script))
+    assert caught.value.problems == [
+        "chat \"a\": script[0][0] (read_file) args.path: the path '../../a' leaves the chat's "
+        "folder 'app'.",
+        "chat \"a\": script[0][2] (write_file) args.path: the path '~/b' starts with ~; give it "
+        "relative to the chat's folder 'app'.",
+    ]
+
+
 def test_a_path_that_leaves_and_comes_back_into_the_folder_is_allowed():
     scenario = scenario_parse(
         _with_action({"tool": "read_file", "args": {"path": "../app/src/./x.py"}})
     )
     assert scenario.chats[0].folder == "app"
+
+
+def test_every_committed_scenario_reads_back_the_same_from_what_the_child_is_given():
+    for path in sorted(SCENARIOS.glob("*.json")):
+        scenario = scenario_load(path)
+        assert scenario_parse(json.loads(json.dumps(scenario.as_data()))) == scenario, path.name
 
 
 def test_the_inner_play_refuses_anything_but_a_runs_own_new_database(person):
@@ -313,62 +413,40 @@ def test_the_inner_play_refuses_anything_but_a_runs_own_new_database(person):
     person.assert_nothing_left()
 
 
-def test_a_particular_turn_is_claimed_by_one_worker_only(db):
-    turn = TurnFactory(state=TurnState.RUNNING)
-    assert turn_claim_one(turn_id=turn.pk, worker="one")
-    assert not turn_claim_one(turn_id=turn.pk, worker="two")
-    turn.refresh_from_db()
-    assert turn.claimed_by == "one"
-    waiting = TurnFactory(conversation=ConversationFactory(), state=TurnState.NEEDS_YOU)
-    assert not turn_claim_one(turn_id=waiting.pk, worker="one")
-
-
 # ---------------------------------------------------------------------------
-# conch_demo
+# Starting from a template instead of migrating
 
 
-def _demo_ids() -> list[str]:
-    return [demo.public_id for demo in demo_chats()]
+def _template_copy(template: Path, folder: Path) -> Path:
+    copy = folder / "template.sqlite3"
+    shutil.copyfile(template, copy)
+    return copy
 
 
-def test_the_demo_seeds_live_chats_with_running_replies(owner, agent, workspace):
-    call_command("conch_demo", stdout=io.StringIO())
-    chats = Conversation.objects.filter(public_id__in=_demo_ids())
-    assert chats.count() == len(_demo_ids()) >= 2
-    for chat in chats:
-        assert chat.owner == owner
-        assert chat.folder == str(workspace / "demo")
-        turn = chat.turns.get()
-        assert (turn.state, turn.claimed_by) == (TurnState.RUNNING, "")
-    for name, text in DEMO_FILES.items():
-        assert (workspace / "demo" / name).read_text() == text
+def test_a_template_that_already_holds_data_is_refused_and_nothing_is_left(
+    person, play_template, tmp_path
+):
+    used = _template_copy(play_template, tmp_path)
+    with contextlib.closing(sqlite3.connect(used)) as db, db:
+        db.execute(
+            "INSERT INTO auth_user (password, is_superuser, username, first_name, last_name, "
+            "email, is_staff, is_active, date_joined) "
+            "VALUES ('', 1, 'someone', '', '', '', 1, 1, '2024-01-01')"
+        )
+    played = person.play(TWO_CHATS, "--json", "--template", used, template=False)
+    assert played.returncode != 0
+    assert f"--template {used} already holds users: give a database Conch has only migrated." in (
+        played.stderr
+    )
+    assert played.stdout == ""
+    person.assert_nothing_left()
 
 
-def test_running_the_demo_twice_does_not_duplicate_it(owner, agent, workspace):
-    call_command("conch_demo", stdout=io.StringIO())
-    (workspace / "demo" / "greet.py").write_text("edited by a demo chat\n")
-    call_command("conch_demo", stdout=io.StringIO())
-    assert Conversation.objects.filter(public_id__in=_demo_ids()).count() == len(_demo_ids())
-    assert Conversation.objects.count() == len(_demo_ids())
-    assert Turn.objects.count() == len(_demo_ids())
-    assert (workspace / "demo" / "greet.py").read_text() == "edited by a demo chat\n"
-
-
-def test_the_demo_scripts_pause_between_actions_and_play_to_their_ends(owner, agent, workspace):
-    for demo in demo_chats():
-        validate_script(demo.script)
-        assert all(1 <= action["delay"] <= 3 for reply in demo.script for action in reply)
-    call_command("conch_demo", stdout=io.StringIO())
-    drain()  # without the delays
-    states = {
-        chat.public_id: chat.turns.get().state
-        for chat in Conversation.objects.filter(public_id__in=_demo_ids())
-    }
-    assert states == {
-        "c_demo_tidy": TurnState.COMPLETED,
-        "c_demo_notes": TurnState.COMPLETED,
-        "c_demo_ask": TurnState.NEEDS_YOU,
-    }
-    assert 'return f"Hello, {name}!"' in (workspace / "demo" / "greet.py").read_text()
-    tidy_run = Turn.objects.get(conversation__public_id="c_demo_tidy").steps.get(tool="run_command")
-    assert tidy_run.result == "exit status 0\nHello, world!\n"
+def test_a_template_that_is_not_an_sqlite_database_is_refused(person, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a database\n")
+    played = person.play(TWO_CHATS, "--json", "--template", notes, template=False)
+    assert played.returncode != 0
+    assert f"--template {notes} is not an SQLite database." in played.stderr
+    assert notes.read_text() == "not a database\n"
+    person.assert_nothing_left()
