@@ -157,11 +157,25 @@ def test_no_query_is_ever_an_error(owner, agent, reader, query):
 
 
 @pytest.mark.parametrize(
-    "query", ['"', 'deploy"', "NEAR(a b)", "text:deploy", "a AND", "* ^ ( )", "-", "OR OR"]
+    ("query", "fts5", "finds"),
+    [
+        ('"', "", False),
+        ('deploy"', '("deploy")', True),
+        ("NEAR(a b)", '("NEAR a" AND "b")', True),
+        ("text:deploy", '("text deploy")', True),
+        ("deploy AND", '("deploy" AND "AND")', True),
+        ("* ^ ( )", "", False),
+        ("-", "", False),
+        ("OR OR", "", False),
+    ],
 )
-def test_fts5_syntax_typed_in_a_query_is_taken_as_words(owner, agent, reader, query):
-    reply(chat(owner, "Deploy"), None, "deploy text near a b")
-    search(reader, query)  # no error
+def test_fts5_syntax_typed_in_a_query_is_taken_as_words(owner, agent, reader, query, fts5, finds):
+    deploy = chat(owner, "Deploy")
+    reply(deploy, None, "deploy text near a b, then text deploy and done")
+    reply(chat(owner, "Lunch"), None, "soup and bread")
+
+    assert past.fts5_query(query) == fts5  # every word quoted: nothing typed is FTS5 syntax
+    assert ids(search(reader, query)) == ([deploy.public_id] if finds else [])
 
 
 # ---------------------------------------------------------------------------
