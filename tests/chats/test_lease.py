@@ -7,10 +7,11 @@ from django.utils import timezone
 from chats.models import TurnState
 from chats.runtime import services
 from chats.runtime.runner import Runner
+from tests.factories import ChatFactory
 
 
-def test_a_runner_renews_the_lease_of_a_reply_whose_step_outlasts_it(scripted_chat):
-    chat = scripted_chat([{"tool": "list_files", "args": {}}])
+def test_a_runner_renews_the_lease_of_a_reply_whose_step_outlasts_it(agent):
+    chat = ChatFactory(reply=[{"tool": "list_files", "args": {}}])
     turn = services.message_send(conversation=chat, text="go")
     runner = Runner(name="busy-runner", lone=False)
     assert services.turn_claim(worker=runner.name, limit=1) == [turn.pk]
