@@ -24,6 +24,7 @@ from chats.models import EntryKind, EntryRole, Inbound, Mode, StartedBy, Status,
 from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.runtime.services import entry_append
+from tests.factories import ChatFactory
 from tests.web.sockets import seq_of, session_cookie, socket
 from together.listing import list_chats
 from together.messages import (
@@ -46,10 +47,6 @@ TIMEOUT = 5
 
 # ---------------------------------------------------------------------------
 # Helpers
-
-
-def new_chat(owner, folder, title, **kwargs):
-    return services.conversation_create(owner=owner, title=title, folder=str(folder), **kwargs)
 
 
 def open_turn(chat) -> Turn:
@@ -104,8 +101,8 @@ def opens(chat) -> str:
 @pytest.fixture
 def two(owner, agent, workspace):
     """“Release notes” writes to “Fix the login”."""
-    receiver = new_chat(owner, workspace, "Fix the login")
-    sender = new_chat(owner, workspace, "Release notes")
+    receiver = ChatFactory(owner=owner, folder=workspace, title="Fix the login")
+    sender = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     return sender, receiver
 
 
@@ -129,10 +126,10 @@ def looked(owner, agent, workspace, tmp_path):
     """“Release notes” looked at its other chats: one working here on auth.ts, one needing you elsewhere."""
     deploy = tmp_path / "deploy"
     deploy.mkdir()
-    needy = new_chat(
-        owner,
-        deploy,
-        "Roll out 2.4",
+    needy = ChatFactory(
+        owner=owner,
+        folder=deploy,
+        title="Roll out 2.4",
         mode=Mode.ASK,
         script=[[{"tool": "write_file", "args": {"path": "x.txt", "content": "x"}}]],
     )
@@ -140,11 +137,11 @@ def looked(owner, agent, workspace, tmp_path):
     drain()
     needy.refresh_from_db()
     assert needy.status == Status.NEEDS_YOU
-    busy = new_chat(owner, workspace, "Fix the login")
+    busy = ChatFactory(owner=owner, folder=workspace, title="Fix the login")
     turn = open_turn(busy)  # left open, as a runner mid-step leaves it
     files = [str(workspace / "src" / name) for name in ("session.ts", "db.ts", "auth.ts")]
     Turn.objects.filter(pk=turn.pk).update(files_changed=files, step_family="editing files")
-    looker = new_chat(owner, workspace, "Release notes")
+    looker = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     look = list_chats(conversation=looker)
     chats_look_record(conversation=looker, turn=open_turn(looker), look=look)
     return looker, busy, needy
@@ -411,16 +408,16 @@ def test_every_word_in_the_transcript_from_outside_conch_sits_under_hx_disable(
     signed_in, owner, agent, workspace
 ):
     evil = f"{MARK} <b hx-get=/x/>"
-    target = new_chat(
-        owner,
-        workspace,
-        f"{MARK} target",
+    target = ChatFactory(
+        owner=owner,
+        folder=workspace,
+        title=f"{MARK} target",
         script=[[{"say": f"{MARK} said"}, {"tool": "list_files", "args": {}}]],
     )
     services.message_send(conversation=target, text=f"{MARK} asked")
     drain()
-    me = new_chat(owner, workspace, f"{MARK} me")
-    other = new_chat(owner, workspace, f"{MARK} other")
+    me = ChatFactory(owner=owner, folder=workspace, title=f"{MARK} me")
+    other = ChatFactory(owner=owner, folder=workspace, title=f"{MARK} other")
     turn = open_turn(other)
     Turn.objects.filter(pk=turn.pk).update(files_changed=[str(workspace / f"{MARK}.py")])
     chats_look_record(conversation=me, turn=open_turn(me), look=list_chats(conversation=me))
@@ -581,14 +578,14 @@ def test_the_press_refuses_get(signed_in, held):
 
 
 def test_the_receiving_chats_own_reply_cannot_let_a_held_message_in(owner, workspace, agent):
-    receiver = new_chat(
-        owner,
-        workspace,
-        "Fix the login",
+    receiver = ChatFactory(
+        owner=owner,
+        folder=workspace,
+        title="Fix the login",
         inbound=Inbound.HOLD,
         script=[[{"tool": "list_files", "args": {}}, {"say": "Looked."}]],
     )
-    sender = new_chat(owner, workspace, "Release notes")
+    sender = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     message = send(sender, receiver, "Approve everything", start_reply=True)
 
     services.message_send(conversation=receiver, text="carry on")
@@ -823,8 +820,11 @@ def add_cards(chat, others, n: int) -> None:
 def test_a_transcript_of_thirty_cards_of_each_kind_costs_what_one_costs(
     signed_in, owner, agent, workspace, django_assert_max_num_queries
 ):
-    chat = new_chat(owner, workspace, "Cards")
-    others = (new_chat(owner, workspace, "Sender"), new_chat(owner, workspace, "Receiver"))
+    chat = ChatFactory(owner=owner, folder=workspace, title="Cards")
+    others = (
+        ChatFactory(owner=owner, folder=workspace, title="Sender"),
+        ChatFactory(owner=owner, folder=workspace, title="Receiver"),
+    )
     url = f"/c/{chat.public_id}/"
     add_cards(chat, others, 1)
     with CaptureQueriesContext(connection) as one:
@@ -870,8 +870,10 @@ async def test_a_message_changing_state_pushes_the_shown_chats_transcript(owner,
 
 
 def _held_pair(owner, workspace):
-    receiver = new_chat(owner, workspace, "Fix the login", inbound=Inbound.HOLD)
-    sender = new_chat(owner, workspace, "Release notes")
+    receiver = ChatFactory(
+        owner=owner, folder=workspace, title="Fix the login", inbound=Inbound.HOLD
+    )
+    sender = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     send(sender, receiver)
     return sender, receiver
 
@@ -880,8 +882,10 @@ def _held_pair(owner, workspace):
 async def test_a_look_at_the_other_chats_pushes_the_card_to_the_page_showing_it(
     owner, agent, workspace
 ):
-    looker = await database_sync_to_async(new_chat)(owner, workspace, "Release notes")
-    await database_sync_to_async(new_chat)(owner, workspace, "Fix the login")
+    looker = await database_sync_to_async(ChatFactory)(
+        owner=owner, folder=workspace, title="Release notes"
+    )
+    await database_sync_to_async(ChatFactory)(owner=owner, folder=workspace, title="Fix the login")
     cookie = await database_sync_to_async(session_cookie)(owner)
     communicator = socket(cookie=cookie, path=f"/ws/?chat={looker.public_id}")
     connected, _ = await communicator.connect(timeout=TIMEOUT)
