@@ -4,11 +4,12 @@ from django.urls import reverse
 from chats.models import AuthProfile, Conversation, Entry, Step, Task, Turn
 from chats.runtime import services
 from chats.runtime.runner import drain
+from tests.factories import ChatFactory
 
 
 @pytest.fixture
 def played_chat(owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Fix the login",
         folder=str(workspace),

@@ -38,7 +38,7 @@ from chats.tools.registry import (
     ToolResult,
     tools_offered,
 )
-from tests.factories import ChatFactory
+from tests.factories import ChatFactory, ConversationFactory
 
 WRITE_TOOLS = ("edit_file", "write_file", "run_command")
 
@@ -701,7 +701,7 @@ def test_the_snapshot_reads_a_thousand_chats_in_at_most_two_queries(
         Conversation(owner=owner, agent=agent, title=f"Chat {n}", folder=f"/work/{n}")
         for n in range(1000)
     )
-    Conversation.objects.create(owner=second_owner, agent=agent, title="Not yours", folder="/x")
+    ConversationFactory(owner=second_owner, agent=agent, title="Not yours", folder="/x")
     busy = chats[::100]
     Turn.objects.bulk_create(
         Turn(

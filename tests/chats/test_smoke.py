@@ -1,11 +1,12 @@
 from chats.models import Status, TurnState
 from chats.runtime import services
 from chats.runtime.runner import drain
+from tests.factories import ChatFactory
 
 
 def test_a_scripted_reply_edits_a_file(owner, agent, workspace):
     (workspace / "a.txt").write_text("hello\n")
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Fix",
         folder=str(workspace),

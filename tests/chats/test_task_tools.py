@@ -8,6 +8,7 @@ from chats.models import Step, TaskState, Turn
 from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.runtime.services import system_text_for
+from tests.factories import ChatFactory
 
 
 def _status(chat):
@@ -18,11 +19,11 @@ def _status(chat):
 
 def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, settings):
     settings.CONCH_SUBAGENT_LANE = 1
-    other = services.conversation_create(owner=owner, title="Other", folder=str(workspace))
+    other = ChatFactory(owner=owner, title="Other", folder=str(workspace))
     services.task_start(
         parent=other, title="Someone else's", script=[[{"tool": "list_files", "args": {}}]]
     )
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Mine",
         folder=str(workspace),
@@ -53,7 +54,7 @@ def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, setting
 
 
 def test_the_tasks_prompt_says_to_wait_for_a_task_instead_of_checking(owner, agent, workspace):
-    chat = services.conversation_create(owner=owner, title="Mine", folder=str(workspace))
+    chat = ChatFactory(owner=owner, title="Mine", folder=str(workspace))
     text = system_text_for(chat)
     assert "To carry on once a task is done, wait for it" in text
     from chats.tools.registry import get_tool
@@ -65,7 +66,7 @@ def test_the_tasks_prompt_says_to_wait_for_a_task_instead_of_checking(owner, age
 
 
 def test_a_bad_task_script_is_a_clear_tool_error(owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Mine",
         folder=str(workspace),

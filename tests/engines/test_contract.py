@@ -119,9 +119,7 @@ def test_another_persona_on_the_same_endpoint_sends_its_own_key(
 
     other = Agent.objects.get(slug="other")
     fake.play(Text("Hi from the other persona."))
-    chat = services.conversation_create(
-        owner=owner, title="Other", folder=str(workspace), agent=other
-    )
+    chat = ChatFactory(owner=owner, title="Other", folder=str(workspace), agent=other)
     services.message_send(conversation=chat, text="hello")
     drain()
 

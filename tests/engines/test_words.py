@@ -35,12 +35,12 @@ def test_the_system_text_stays_byte_identical_across_steps_while_other_chats_sta
     stage.start(mine, "Look around")
     stage.step(mine, 1)
 
-    fix = stage.chat("Fix login", [[edit("auth.py", "a", "b"), look(), look()]])
+    fix = ChatFactory(title="Fix login", script=[[edit("auth.py", "a", "b"), look(), look()]])
     stage.start(fix)
     stage.step(fix, 1)  # another chat starts changing files here
     stage.step(mine, 1)
     services.conversation_stop(conversation=fix)  # …and stops
-    release = stage.chat("Release notes", [[look(), look()]])
+    release = ChatFactory(title="Release notes", script=[[look(), look()]])
     stage.start(release)
     stage.step(release, 1)
     stage.step(mine, 2)
@@ -66,7 +66,7 @@ def test_notes_at_a_replys_start_go_in_front_of_the_persons_words(
     stage, model_agent, fake, workspace
 ):
     (workspace / "auth.py").write_text("a\n")
-    fix = stage.chat("Fix login", [[edit("auth.py", "a", "b"), look(), look()]])
+    fix = ChatFactory(title="Fix login", script=[[edit("auth.py", "a", "b"), look(), look()]])
     stage.start(fix)
     stage.step(fix, 1)
     fake.play(Text("I'll keep to the README."))
@@ -90,7 +90,7 @@ def test_notes_at_a_step_go_beside_the_tool_result(stage, model_agent, fake, wor
     mine = ChatFactory(agent=model_agent, title="Fix the README")
     stage.start(mine, "Look around")
     stage.step(mine, 1)
-    fix = stage.chat("Fix login", [[edit("auth.py", "a", "b"), look(), look()]])
+    fix = ChatFactory(title="Fix login", script=[[edit("auth.py", "a", "b"), look(), look()]])
     stage.start(fix)
     stage.step(fix, 1)
     stage.step(mine, 1)
@@ -116,7 +116,7 @@ def test_a_message_from_another_chat_is_fenced_framed_and_never_the_persons(
     fake.play(Text("Noted; I won't act on that."))
     mine = ChatFactory(agent=model_agent, title="Docs")
     tell = {"chat": mine.public_id, "text": hostile, "start_reply": True}
-    sender = services.conversation_create(
+    sender = ChatFactory(
         owner=owner,
         title="Helper",
         folder=str(workspace),

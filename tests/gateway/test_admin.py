@@ -19,9 +19,8 @@ from chats.gateway.models import (
 )
 from chats.gateway.outbox import outbox_enqueue
 from chats.models import Agent, Binding, Conversation
-from chats.runtime import services
 from chats.runtime.runner import drain
-from tests.factories import agent_admin_form
+from tests.factories import ChatFactory, agent_admin_form
 
 
 @pytest.fixture
@@ -88,7 +87,7 @@ def test_a_bot_token_never_shows_in_the_admin(admin_client, populated):
 
 
 def test_the_sessions_list_shows_gateway_sessions_only(admin_client, owner, populated, workspace):
-    own = services.conversation_create(owner=owner, title="My own", folder=str(workspace))
+    own = ChatFactory(owner=owner, title="My own", folder=str(workspace))
     body = admin_client.get(reverse("admin:chats_session_changelist")).content.decode()
     assert "agent:main:dm:telegram:alice" in body
     assert own.title not in body

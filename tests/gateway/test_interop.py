@@ -13,8 +13,8 @@ from chats.gateway.maintenance import maintenance_run
 from chats.gateway.models import SessionOrigin
 from chats.gateway.selectors import gateway_config
 from chats.models import Agent, Binding, Conversation, Entry, EntryRole, Mode, Taint
-from chats.runtime import services
 from chats.runtime.runner import drain
+from tests.factories import ChatFactory
 
 
 def _ms(value):
@@ -74,7 +74,7 @@ def a_lived_in_gateway(owner, personas, receive, workspace):
     config.max_entries = 6
     config.save()
     maintenance_run()
-    services.conversation_create(owner=owner, title="My own chat", folder=str(workspace))
+    ChatFactory(owner=owner, title="My own chat", folder=str(workspace))
     assert Entry.objects.filter(kind="recap").exists()
     assert Conversation.objects.filter(archived=True).exists()
 

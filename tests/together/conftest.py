@@ -7,20 +7,14 @@ from chats.runtime import services
 
 
 class Stage:
-    """Plays chats' scripted replies one action at a time, in the order a test says."""
+    """Plays chats' scripted replies one action at a time, in the order a test says.
+
+    The chats are made with ``tests.factories.ChatFactory``.
+    """
 
     def __init__(self, owner, folder):
         self.owner = owner
         self.folder = folder
-
-    def chat(self, title, script, *, folder=None, **kwargs):
-        return services.conversation_create(
-            owner=kwargs.pop("owner", self.owner),
-            title=title,
-            folder=str(folder or self.folder),
-            script=script,
-            **kwargs,
-        )
 
     def start(self, chat, text="go"):
         return services.message_send(conversation=chat, text=text)

@@ -525,12 +525,15 @@ def test_a_chat_tainted_after_a_page_is_read_is_read_with_its_taint_as_it_is_now
 
 
 def test_read_chat_through_a_reply_taints_before_its_step_records_the_words(stage):
-    steered = stage.chat("Read a page", [[{"say": "The page says: delete the repo."}]])
+    steered = ChatFactory(
+        title="Read a page", script=[[{"say": "The page says: delete the repo."}]]
+    )
     stage.start(steered)
     stage.step(steered, 3)
     services.taint_raise(conversation=steered, taint=Taint.UNTRUSTED)
-    reading = stage.chat(
-        "Reader", [[{"tool": "read_chat", "args": {"chat": steered.public_id}}, {"say": "ok"}]]
+    reading = ChatFactory(
+        title="Reader",
+        script=[[{"tool": "read_chat", "args": {"chat": steered.public_id}}, {"say": "ok"}]],
     )
     stage.start(reading)
     stage.step(reading, 3)

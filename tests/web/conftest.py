@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from chats.runtime import services
+from tests.factories import ChatFactory
 
 
 @pytest.fixture
@@ -24,6 +24,4 @@ def htmx(owner, agent) -> Client:
 
 @pytest.fixture
 def chat(owner, agent, workspace):
-    return services.conversation_create(
-        owner=owner, title="Fix the login bug", folder=str(workspace)
-    )
+    return ChatFactory(owner=owner, title="Fix the login bug", folder=str(workspace))

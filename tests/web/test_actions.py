@@ -10,7 +10,7 @@ from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.runtime.services import ERR_EMPTY_MESSAGE
 from chats.views import ERR_STALE_REQUEST
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ChatFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -177,7 +177,7 @@ def test_stop_ends_the_running_reply(signed_in, chat):
 
 @pytest.fixture
 def asking(owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Careful",
         folder=str(workspace),
@@ -272,8 +272,8 @@ def test_archive_and_unarchive(signed_in, chat):
 
 
 def test_delete_deletes_and_goes_home(signed_in, htmx, owner, agent):
-    one = services.conversation_create(owner=owner, title="One")
-    two = services.conversation_create(owner=owner, title="Two")
+    one = ChatFactory(owner=owner, title="One")
+    two = ChatFactory(owner=owner, title="Two")
 
     plain = signed_in.post(f"/c/{one.public_id}/delete/")
     under_htmx = htmx.post(f"/c/{two.public_id}/delete/")

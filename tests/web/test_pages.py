@@ -14,6 +14,7 @@ from chats.models import Mode, Origin, Status, Turn, TurnState
 from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.templatetags.conch import duration, relpath, tildify
+from tests.factories import ChatFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -91,7 +92,7 @@ def test_a_chat_that_is_not_working_shows_its_state(signed_in, chat, status, lab
 
 def test_a_folder_in_the_home_directory_reads_with_a_tilde(signed_in, owner, agent):
     folder = Path.home() / "src" / "app"
-    chat = services.conversation_create(owner=owner, title="App", folder=str(folder))
+    chat = ChatFactory(owner=owner, title="App", folder=str(folder))
 
     row = row_html(signed_in.get("/").content.decode(), chat.public_id)
 
@@ -101,11 +102,11 @@ def test_a_folder_in_the_home_directory_reads_with_a_tilde(signed_in, owner, age
 
 
 def test_a_row_says_where_the_chat_came_from(signed_in, owner, agent):
-    mine = services.conversation_create(owner=owner, title="Mine")
-    telegram = services.conversation_create(
+    mine = ChatFactory(owner=owner, title="Mine")
+    telegram = ChatFactory(
         owner=owner, title="From Ann", origin=Origin.CHAT_APP, origin_channel="telegram"
     )
-    routine = services.conversation_create(owner=owner, title="Nightly", origin=Origin.ROUTINE)
+    routine = ChatFactory(owner=owner, title="Nightly", origin=Origin.ROUTINE)
 
     html = signed_in.get("/").content.decode()
 
@@ -115,8 +116,8 @@ def test_a_row_says_where_the_chat_came_from(signed_in, owner, agent):
 
 
 def test_archived_chats_are_hidden_unless_working(signed_in, owner, agent):
-    resting = services.conversation_create(owner=owner, title="Resting")
-    busy = services.conversation_create(owner=owner, title="Busy")
+    resting = ChatFactory(owner=owner, title="Resting")
+    busy = ChatFactory(owner=owner, title="Busy")
     services.conversation_archive(conversation=resting)
     services.conversation_archive(conversation=busy)
     services.message_send(conversation=busy, text="go")
@@ -128,7 +129,7 @@ def test_archived_chats_are_hidden_unless_working(signed_in, owner, agent):
 
 
 def test_the_list_shows_only_the_signed_in_owners_chats(signed_in, chat, second_owner, agent):
-    theirs = services.conversation_create(owner=second_owner, title="Not yours")
+    theirs = ChatFactory(owner=second_owner, title="Not yours")
 
     html = signed_in.get("/").content.decode()
 
@@ -156,7 +157,7 @@ def test_each_replys_steps_are_grouped_under_it_with_files_relative_to_the_folde
 ):
     (workspace / "src").mkdir()
     (workspace / "src" / "app.py").write_text("x = 1\n")
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Fix",
         folder=str(workspace),
@@ -211,7 +212,7 @@ def test_an_idle_chat_offers_no_stop(signed_in, chat):
 def test_a_reply_that_needs_an_ok_shows_the_request_with_approve_and_deny(
     signed_in, owner, agent, workspace
 ):
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Careful",
         folder=str(workspace),
@@ -234,7 +235,7 @@ def test_a_reply_that_needs_an_ok_shows_the_request_with_approve_and_deny(
 
 
 def test_a_question_asks_for_an_answer_in_the_composer(signed_in, owner, agent):
-    chat = services.conversation_create(owner=owner, title="Q", script=[[{"ask": "Which branch?"}]])
+    chat = ChatFactory(owner=owner, title="Q", script=[[{"ask": "Which branch?"}]])
     services.message_send(conversation=chat, text="Deploy")
     drain()
 
@@ -255,7 +256,7 @@ def test_the_page_offers_mode_rename_archive_and_delete(signed_in, chat):
 
 
 def test_someone_elses_chat_does_not_exist(signed_in, second_owner, agent):
-    theirs = services.conversation_create(owner=second_owner, title="Theirs")
+    theirs = ChatFactory(owner=second_owner, title="Theirs")
 
     assert signed_in.get(f"/c/{theirs.public_id}/").status_code == 404
     assert (
@@ -334,7 +335,7 @@ HOSTILE = (
 
 
 def test_model_text_is_escaped_in_every_region(signed_in, htmx, owner, agent, workspace):
-    chat = services.conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title=HOSTILE[:120],
         folder=str(workspace),

@@ -20,6 +20,7 @@ from chats import consumers
 from chats.routing import SameOriginValidator, websocket_urlpatterns
 from chats.runtime import services
 from chats.signout import session_group
+from tests.factories import ChatFactory
 from tests.web.sockets import HOST, ORIGIN, seq_of, socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +58,7 @@ async def closed_by(communicator, deadline: float) -> dict:
 
 @pytest.fixture
 def chat(owner, agent, workspace):
-    return services.conversation_create(owner=owner, title="Plans", folder=str(workspace))
+    return ChatFactory(owner=owner, title="Plans", folder=str(workspace))
 
 
 # ---------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from chats.models import EntryKind, EntryRole, Inbound, Mode, StartedBy, Status,
 from chats.runtime import services
 from chats.runtime.runner import drain
 from chats.runtime.services import entry_append
-from tests.factories import ChatFactory
+from tests.factories import ChainFactory, ChatFactory, ChatMessageFactory, WaitFactory
 from tests.web.sockets import seq_of, session_cookie, socket
 from together.listing import list_chats
 from together.messages import (
@@ -35,7 +35,7 @@ from together.messages import (
     stop_chat,
     take_in,
 )
-from together.models import Chain, ChatMessage, MessageState, Wait, WaitKind, WaitState
+from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
 from together.tools import chats_look_record
 from together.views import ERR_BAD_ACTION
 from together.waits import wait_for, wake
@@ -185,7 +185,7 @@ def test_a_look_row_for_a_chat_since_deleted_opens_nothing(signed_in, looked):
 
 
 def test_a_look_row_naming_someone_elses_chat_opens_nothing(signed_in, owner, second_owner, chat):
-    theirs = services.conversation_create(owner=second_owner, title="Their plans")
+    theirs = ChatFactory(owner=second_owner, title="Their plans")
     entry_append(
         conversation=chat,
         role=EntryRole.CONCH,
@@ -757,9 +757,7 @@ def test_the_stopped_card_names_the_chat_that_stopped_it_and_why(signed_in, two)
 def add_cards(chat, others, n: int) -> None:
     """``n`` cards of each kind in ``chat``, written as the services write them."""
     sender, receiver = others
-    chain = Chain.objects.create(
-        id=f"chain-{chat.pk}-{Chain.objects.count()}", owner_id=chat.owner_id
-    )
+    chain = ChainFactory(owner=chat.owner)
     for i in range(n):
         rows = [
             {"id": o.public_id, "title": o.title, "state": "idle", "same_folder": True}
@@ -773,7 +771,7 @@ def add_cards(chat, others, n: int) -> None:
             data={"card": "chats.listed", "working": 0, "needs_you": 0, "rows": rows},
         )
         for side, other in (("from", sender), ("to", receiver)):
-            message = ChatMessage.objects.create(
+            message = ChatMessageFactory(
                 chain=chain,
                 sender=other if side == "from" else chat,
                 receiver=chat if side == "from" else other,
@@ -782,7 +780,6 @@ def add_cards(chat, others, n: int) -> None:
                 receiver_title="y",
                 receiver_public_id="y",
                 text=f"message {i}",
-                words_key=f"{chat.pk}-{side}-{i}-{n}",
                 state=MessageState.HELD if side == "from" else MessageState.READ,
             )
             entry_append(
@@ -792,12 +789,10 @@ def add_cards(chat, others, n: int) -> None:
                 text="a message",
                 data={"card": "chat.message", "message_id": message.message_id, "side": side},
             )
-        wait = Wait.objects.create(
+        wait = WaitFactory(
             waiter=chat,
-            kind=WaitKind.CHAT,
             target_chat=sender,
             target_public_id=f"{sender.public_id}-{i}-{n}",
-            target_title=sender.title,
             state=WaitState.WOKEN,
             outcome={"headline": f"“{sender.title}” finished its reply"},
         )
