@@ -1,9 +1,14 @@
+"""The personas every test may ask for: the owner, a second owner, an outsider on a chat app.
+
+Records are made with the factories in tests/factories.py.
+"""
+
 from __future__ import annotations
 
 import pytest
 
-from chats.models import Agent
-from tests.factories import AgentFactory, UserFactory
+from chats.models import Agent, Conversation
+from tests.factories import AgentFactory, ChatFactory, OwnerFactory, UserFactory
 
 
 @pytest.fixture
@@ -21,13 +26,19 @@ def agent(db, workspace) -> Agent:
 @pytest.fixture
 def owner(db):
     """The person who runs this Conch."""
-    return UserFactory(username="owner")
+    return OwnerFactory()
 
 
 @pytest.fixture
 def second_owner(db):
     """Someone else with an account on the same Conch: none of the owner's chats are theirs."""
     return UserFactory(username="second", is_superuser=False, is_staff=False)
+
+
+@pytest.fixture
+def outsider(owner, agent) -> Conversation:
+    """Someone on a chat app who is not the owner: the owner's Telegram chat their words came into."""
+    return ChatFactory(owner=owner, outsider=True, title="A stranger on Telegram")
 
 
 @pytest.fixture
@@ -39,21 +50,3 @@ def published():
     unsubscribe = events.subscribe(seen.append)
     yield seen
     unsubscribe()
-
-
-@pytest.fixture
-def scripted_chat(owner, agent, workspace):
-    """Make one of the owner's chats whose assistant plays the given replies."""
-    from chats.models import Mode
-    from chats.runtime.chats import conversation_create
-
-    def make(*replies, mode=Mode.AUTO, folder=None, title="Scripted"):
-        return conversation_create(
-            owner=owner,
-            title=title,
-            folder=str(folder or workspace),
-            script=[list(reply) for reply in replies],
-            mode=mode,
-        )
-
-    return make

@@ -1,11 +1,37 @@
-"""Factories for the records tests make. Persona fixtures live in conftest.py."""
+"""Factories for the records tests make. Persona fixtures live in conftest.py.
+
+Two ways to make a chat:
+
+- :class:`ChatFactory` makes it as the app does, through
+  ``services.conversation_create``: its title is checked and its
+  ``conversation.updated`` event is published on commit. Use it wherever a
+  chat takes part in what is tested (replies, events, the pages).
+- :class:`ConversationFactory` writes the row alone, with any status; use it
+  for records a test only needs to exist (maintenance, query counts).
+"""
 
 from __future__ import annotations
 
 import factory
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
-from chats.models import Agent, Conversation, Origin, Step, Task, Turn
+from chats.models import (
+    Agent,
+    Conversation,
+    Entry,
+    EntryRole,
+    Origin,
+    Status,
+    Step,
+    Taint,
+    Task,
+    Turn,
+    TurnState,
+)
+from together.models import Chain, ChatMessage, Wait, WaitKind
+
+OWNER = "owner"  # the username of the owner persona (tests/conftest.py's ``owner``)
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -16,6 +42,12 @@ class UserFactory(factory.django.DjangoModelFactory):
     username = factory.Sequence(lambda n: f"person{n}")
     is_staff = True
     is_superuser = True
+
+
+class OwnerFactory(UserFactory):
+    """The person who runs this Conch: one user, however often it is asked for."""
+
+    username = OWNER
 
 
 class AgentFactory(factory.django.DjangoModelFactory):
@@ -29,9 +61,58 @@ class AgentFactory(factory.django.DjangoModelFactory):
     is_default = False
 
 
-class ConversationFactory(factory.django.DjangoModelFactory):
+class ChatFactory(factory.Factory):
+    """One of the owner's chats, made by ``services.conversation_create``.
+
+    The agent and folder default as the service's do: the default persona
+    (the ``agent`` fixture) and its workspace. ``script`` is the scripted
+    persona's replies, one list of actions each; ``reply`` is a script of one.
+    """
+
     class Meta:
         model = Conversation
+
+    class Params:
+        reply = None
+        # Messages from a chat app, the owner's own (a DM from their own account).
+        chat_app = factory.Trait(origin=Origin.CHAT_APP, origin_channel="Telegram")
+        # A chat app's chat with someone else's words in it: a group, a stranger's DM.
+        outsider = factory.Trait(
+            origin=Origin.CHAT_APP, origin_channel="Telegram", taint=Taint.PERSON
+        )
+        # It read something from outside: a web page, a file from elsewhere.
+        tainted = factory.Trait(taint=Taint.UNTRUSTED)
+        routine = factory.Trait(origin=Origin.ROUTINE)
+        task = factory.Trait(origin=Origin.TASK)
+
+    owner = factory.SubFactory(OwnerFactory)
+    title = factory.Sequence(lambda n: f"Chat {n}")
+    script = factory.LazyAttribute(lambda c: [] if c.reply is None else [c.reply])
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        from chats.runtime import services
+
+        return services.conversation_create(*args, **kwargs)
+
+    @classmethod
+    def _build(cls, model_class, *args, **kwargs):
+        raise TypeError("ChatFactory makes chats through the service; use ConversationFactory")
+
+
+class ConversationFactory(factory.django.DjangoModelFactory):
+    """A chat's row, written directly: no event, any status."""
+
+    class Meta:
+        model = Conversation
+
+    class Params:
+        working = factory.Trait(status=Status.WORKING)
+        tainted = factory.Trait(taint=Taint.UNTRUSTED)
+        outsider = factory.Trait(
+            origin=Origin.CHAT_APP, origin_channel="Telegram", taint=Taint.PERSON
+        )
+        task = factory.Trait(origin=Origin.TASK)
 
     owner = factory.SubFactory(UserFactory)
     agent = factory.SubFactory(AgentFactory)
@@ -41,11 +122,18 @@ class ConversationFactory(factory.django.DjangoModelFactory):
 
 
 class TurnFactory(factory.django.DjangoModelFactory):
+    """One reply, numbered after the chat's last; running unless ``ended``."""
+
     class Meta:
         model = Turn
 
+    class Params:
+        ended = factory.Trait(
+            state=TurnState.COMPLETED, ended_at=factory.LazyFunction(timezone.now)
+        )
+
     conversation = factory.SubFactory(ConversationFactory)
-    number = factory.Sequence(lambda n: n + 1)
+    number = factory.LazyAttribute(lambda t: t.conversation.turns.count() + 1)
     folder = factory.LazyAttribute(lambda t: t.conversation.folder)
 
 
@@ -62,10 +150,61 @@ class StepFactory(factory.django.DjangoModelFactory):
         model = Step
 
     turn = factory.SubFactory(TurnFactory)
-    number = factory.Sequence(lambda n: n + 1)
+    number = factory.LazyAttribute(lambda s: s.turn.steps.count() + 1)
     tool = "read_file"
     family = "reading files"
     effect = "read"
+
+
+class EntryFactory(factory.django.DjangoModelFactory):
+    """A transcript line, after the chat's last. Lines a test needs indexed or ordered
+    with the service's own go through ``services.entry_append`` instead."""
+
+    class Meta:
+        model = Entry
+
+    conversation = factory.SubFactory(ConversationFactory)
+    seq = factory.LazyAttribute(lambda e: e.conversation.entries.count() + 1)
+    role = EntryRole.PERSON
+    text = factory.Sequence(lambda n: f"words {n}")
+
+
+class ChainFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Chain
+
+    id = factory.Sequence(lambda n: f"chain-{n}")
+    owner = factory.SubFactory(OwnerFactory)
+
+
+class ChatMessageFactory(factory.django.DjangoModelFactory):
+    """A message card between two chats, as stored; its words as given."""
+
+    class Meta:
+        model = ChatMessage
+
+    chain = factory.SubFactory(ChainFactory)
+    sender = factory.SubFactory(ConversationFactory)
+    receiver = factory.SubFactory(ConversationFactory)
+    sender_title = factory.LazyAttribute(lambda m: m.sender.title)
+    sender_public_id = factory.LazyAttribute(lambda m: m.sender.public_id)
+    receiver_title = factory.LazyAttribute(lambda m: m.receiver.title)
+    receiver_public_id = factory.LazyAttribute(lambda m: m.receiver.public_id)
+    text = factory.Sequence(lambda n: f"message {n}")
+    words_key = factory.Sequence(lambda n: f"words-{n}")
+
+
+class WaitFactory(factory.django.DjangoModelFactory):
+    """A wait for another chat to stop working."""
+
+    class Meta:
+        model = Wait
+
+    waiter = factory.SubFactory(ConversationFactory)
+    kind = WaitKind.CHAT
+    target_chat = factory.SubFactory(ConversationFactory)
+    target_public_id = factory.LazyAttribute(lambda w: w.target_chat.public_id)
+    target_title = factory.LazyAttribute(lambda w: w.target_chat.title)
 
 
 def agent_admin_form(agent, **fields) -> dict:

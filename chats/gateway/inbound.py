@@ -1,15 +1,29 @@
 """An inbound message: its fields, and the one parser every door uses.
 
-``POST /gateway/inbound``, ``manage.py conch_inbound`` and the Telegram
-webhook all end in :func:`inbound_parse`, so the same body is refused the
-same way everywhere, with the field at fault named.
+``POST /gateway/inbound``, ``manage.py conch_inbound``, the Telegram webhook
+and the routing playground all end in :func:`inbound_parse`, which checks the
+body with one pydantic model (:class:`InboundBody`), so the same body is
+refused the same way everywhere, with the field at fault named.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from chats.gateway.ladder import CHANNEL_PATTERN
 from chats.gateway.models import ChatType
@@ -154,109 +168,208 @@ class Inbound:
         }
 
 
-def _text_field(raw: dict[str, Any], name: str, *, limit: int = LIMITS.inbound_id_chars) -> str:
-    value = raw.get(name)
+# The words for each refusal. A field's own words come first; pydantic's error
+# types stand for the rules the model states (a type, a length, a pattern).
+ERR_NOT_AN_OBJECT = "must be a JSON object."
+ERR_UNKNOWN_FIELD = f"is not a field of an inbound message ({', '.join(FIELDS)})."
+ERR_REQUIRED = "is required."
+ERR_ID_TYPE = "must be text (or a whole number for an id)."
+ERR_CONTROL = "must not contain control characters."
+ERR_CHANNEL = "must be letters, digits, - or _ (at most 32)."
+ERR_CHAT_TYPE = f"must be one of: {', '.join(ChatType.values)}."
+ERR_ACCOUNT_STAR = "names one account; '*' is only for bindings."
+ERR_MESSAGE_ID = "is required (it makes a repeated delivery harmless)."
+ERR_ROLES = "must be a list of role ids."
+ERR_TOO_MANY_ROLES = f"has at most {LIMITS.inbound_roles} roles."
+ERR_ROLE_TOO_LONG = f"each role id is at most {LIMITS.inbound_id_chars} characters."
+ERR_ROLES_NEED_GUILD = "roles belong to a guild: guild_id is required."
+ERR_TEXT = "is required, as text."
+ERR_NO_WORDS = "needs some words."
+ERR_TOO_LONG = "is at most {max_length} characters."
+ERR_PEER = "is required for a {chat_type} (the sender)."
+ERR_GROUP_ID = "is required for a group."
+ERR_THREAD_ID = "is required for a thread."
+ERR_THREAD_PARENT = "a thread needs its parent: parent_peer or group_id."
+ERR_JOB_ID = "is required for a cron run."
+
+
+def _refuse(message: str, field: str | None = None) -> PydanticCustomError:
+    """A refusal in our own words; ``field`` names it where pydantic can't (a model rule)."""
+    return PydanticCustomError("inbound", "{why}", {"why": message, "field": field})
+
+
+def _id_given(value: Any) -> Any:
+    """An id as given: absent is empty, a whole number is its digits, text is checked
+    for what no database stores. Anything else is left for the type to refuse."""
     if value is None:
         return ""
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise InboundError(name, "must be text (or a whole number for an id).")
-    value = text_check(str(value), name).strip()
-    if len(value) > limit:
-        raise InboundError(name, f"is at most {limit} characters.")
-    if any(ord(ch) < 32 for ch in value):
-        raise InboundError(name, "must not contain control characters.")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str):
+        try:
+            return text_check(value, "")
+        except InboundError as exc:
+            raise _refuse(exc.message) from None
     return value
+
+
+def _no_control(value: str) -> str:
+    if any(ord(ch) < 32 for ch in value):
+        raise _refuse(ERR_CONTROL)
+    return value
+
+
+def _channel_given(value: Any) -> Any:
+    value = _id_given(value)
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _text_given(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return text_check(value, "text")
+        except InboundError as exc:
+            raise _refuse(exc.message) from None
+    return value
+
+
+def _roles_given(value: Any) -> Any:
+    return [] if value is None else value
+
+
+def _roles_kept(roles: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted({role for role in roles if role}))
+
+
+# Pydantic applies a field's annotations inside out: the constraints on the
+# string first, then the after-validators; a before-validator, written last, runs
+# before all of them, on the value as given.
+
+# An id: whole numbers welcome, surrounding space dropped, no control characters.
+Id = Annotated[
+    str,
+    StringConstraints(strict=True, strip_whitespace=True, max_length=LIMITS.inbound_id_chars),
+    AfterValidator(_no_control),
+    BeforeValidator(_id_given),
+]
+MessageId = Annotated[
+    str,
+    StringConstraints(
+        strict=True, strip_whitespace=True, min_length=1, max_length=LIMITS.inbound_message_id_chars
+    ),
+    AfterValidator(_no_control),
+    BeforeValidator(_id_given),
+]
+Channel = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=32, pattern=CHANNEL_PATTERN.pattern),
+    BeforeValidator(_channel_given),
+]
+Roles = Annotated[
+    tuple[Id, ...],
+    Field(max_length=LIMITS.inbound_roles),
+    AfterValidator(_roles_kept),
+    BeforeValidator(_roles_given),
+]
+Text = Annotated[
+    str,
+    StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=LIMITS.inbound_text_chars),
+    BeforeValidator(_text_given),
+]
+
+
+class InboundBody(BaseModel):
+    """An inbound message's body, as every door takes it. Fields are checked in this
+    order, and the first one at fault is named; unknown fields before any."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    channel: Channel
+    chat_type: ChatType
+    account_id: Id = DEFAULT_ACCOUNT
+    peer: Id = ""
+    group_id: Id = ""
+    thread_id: Id = ""
+    parent_peer: Id = ""
+    guild_id: Id = ""
+    team_id: Id = ""
+    job_id: Id = ""
+    message_id: MessageId
+    member_roles: Roles = ()
+    text: Text
+
+    @field_validator("account_id")
+    @classmethod
+    def _one_account(cls, value: str) -> str:
+        if value == "*":
+            raise _refuse(ERR_ACCOUNT_STAR)
+        return value or DEFAULT_ACCOUNT
+
+    @model_validator(mode="after")
+    def _what_each_chat_type_needs(self) -> InboundBody:
+        if self.member_roles and not self.guild_id:
+            raise _refuse(ERR_ROLES_NEED_GUILD, "member_roles")
+        kind = self.chat_type
+        if kind in (ChatType.DM, ChatType.GROUP, ChatType.THREAD) and not self.peer:
+            raise _refuse(ERR_PEER.format(chat_type=kind.value), "peer")
+        if kind == ChatType.GROUP and not self.group_id:
+            raise _refuse(ERR_GROUP_ID, "group_id")
+        if kind == ChatType.THREAD:
+            if not self.thread_id:
+                raise _refuse(ERR_THREAD_ID, "thread_id")
+            if not (self.group_id or self.parent_peer):
+                raise _refuse(ERR_THREAD_PARENT, "parent_peer")
+        if kind == ChatType.CRON and not self.job_id:
+            raise _refuse(ERR_JOB_ID, "job_id")
+        return self
+
+
+# Words for pydantic's own error types, by field (``None``: any field).
+_WORDS: dict[tuple[str | None, str], str] = {
+    (None, "missing"): ERR_REQUIRED,
+    (None, "string_type"): ERR_ID_TYPE,
+    (None, "string_too_long"): ERR_TOO_LONG,
+    ("channel", "string_too_short"): ERR_REQUIRED,
+    ("channel", "string_pattern_mismatch"): ERR_CHANNEL,
+    ("chat_type", "enum"): ERR_CHAT_TYPE,
+    ("message_id", "missing"): ERR_MESSAGE_ID,
+    ("message_id", "string_too_short"): ERR_MESSAGE_ID,
+    ("member_roles", "tuple_type"): ERR_ROLES,
+    ("member_roles", "string_type"): ERR_ROLES,
+    ("member_roles", "too_long"): ERR_TOO_MANY_ROLES,
+    ("member_roles", "string_too_long"): ERR_ROLE_TOO_LONG,
+    ("text", "missing"): ERR_TEXT,
+    ("text", "string_type"): ERR_TEXT,
+    ("text", "string_too_short"): ERR_NO_WORDS,
+}
+
+
+def _refusal(exc: ValidationError) -> InboundError:
+    """The first fault, in the gateway's words, naming its field."""
+    errors = exc.errors(include_url=False)
+    unknown = sorted(str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden")
+    if unknown:
+        return InboundError(unknown[0], ERR_UNKNOWN_FIELD)
+    error = errors[0]
+    context = error.get("ctx") or {}
+    field = str(error["loc"][0]) if error["loc"] else context.get("field") or "body"
+    if error["type"] == "inbound":
+        return InboundError(field, context["why"])
+    if field == "chat_type" and error.get("input") in (None, ""):
+        return InboundError(field, ERR_REQUIRED)
+    words = _WORDS.get((field, error["type"])) or _WORDS.get((None, error["type"]))
+    if words is None:
+        return InboundError(field, error["msg"] + ".")
+    return InboundError(field, words.format(**context))
 
 
 def inbound_parse(raw: Any) -> Inbound:
     """Check a body and make the :class:`Inbound`. Raises :class:`InboundError` naming the field."""
     if not isinstance(raw, dict):
-        raise InboundError("body", "must be a JSON object.")
-    unknown = sorted(set(raw) - set(FIELDS))
-    if unknown:
-        raise InboundError(
-            unknown[0], f"is not a field of an inbound message ({', '.join(FIELDS)})."
-        )
-
-    channel = _text_field(raw, "channel", limit=32).lower()
-    if not channel:
-        raise InboundError("channel", "is required.")
-    if not CHANNEL_PATTERN.match(channel):
-        raise InboundError("channel", "must be letters, digits, - or _ (at most 32).")
-
-    chat_type = raw.get("chat_type")
-    if chat_type is None or chat_type == "":
-        raise InboundError("chat_type", "is required.")
-    if chat_type not in ChatType.values:
-        raise InboundError("chat_type", f"must be one of: {', '.join(ChatType.values)}.")
-
-    fields = {
-        name: _text_field(raw, name)
-        for name in (
-            "account_id",
-            "peer",
-            "group_id",
-            "thread_id",
-            "parent_peer",
-            "guild_id",
-            "team_id",
-            "job_id",
-        )
-    }
-    fields["account_id"] = fields["account_id"] or DEFAULT_ACCOUNT
-    if fields["account_id"] == "*":
-        raise InboundError("account_id", "names one account; '*' is only for bindings.")
-
-    message_id = _text_field(raw, "message_id", limit=LIMITS.inbound_message_id_chars)
-    if not message_id:
-        raise InboundError("message_id", "is required (it makes a repeated delivery harmless).")
-
-    roles = raw.get("member_roles", [])
-    if roles is None:
-        roles = []
-    if not isinstance(roles, list) or not all(
-        isinstance(r, str | int) and not isinstance(r, bool) for r in roles
-    ):
-        raise InboundError("member_roles", "must be a list of role ids.")
-    if len(roles) > LIMITS.inbound_roles:
-        raise InboundError("member_roles", f"has at most {LIMITS.inbound_roles} roles.")
-    roles = [text_check(str(r), "member_roles").strip() for r in roles]
-    member_roles = tuple(sorted({r for r in roles if r}))
-    if any(len(r) > LIMITS.inbound_id_chars for r in member_roles):
-        raise InboundError(
-            "member_roles", f"each role id is at most {LIMITS.inbound_id_chars} characters."
-        )
-    if any(any(ord(ch) < 32 for ch in r) for r in member_roles):
-        raise InboundError("member_roles", "must not contain control characters.")
-    if member_roles and not fields["guild_id"]:
-        raise InboundError("member_roles", "roles belong to a guild: guild_id is required.")
-
-    text = raw.get("text")
-    if not isinstance(text, str):
-        raise InboundError("text", "is required, as text.")
-    text = text_check(text, "text").strip()
-    if not text:
-        raise InboundError("text", "needs some words.")
-    if len(text) > LIMITS.inbound_text_chars:
-        raise InboundError("text", f"is at most {LIMITS.inbound_text_chars} characters.")
-
-    if chat_type in (ChatType.DM, ChatType.GROUP, ChatType.THREAD) and not fields["peer"]:
-        raise InboundError("peer", f"is required for a {chat_type} (the sender).")
-    if chat_type == ChatType.GROUP and not fields["group_id"]:
-        raise InboundError("group_id", "is required for a group.")
-    if chat_type == ChatType.THREAD:
-        if not fields["thread_id"]:
-            raise InboundError("thread_id", "is required for a thread.")
-        if not (fields["group_id"] or fields["parent_peer"]):
-            raise InboundError("parent_peer", "a thread needs its parent: parent_peer or group_id.")
-    if chat_type == ChatType.CRON and not fields["job_id"]:
-        raise InboundError("job_id", "is required for a cron run.")
-
-    return Inbound(
-        channel=channel,
-        chat_type=chat_type,
-        message_id=message_id,
-        text=text,
-        member_roles=member_roles,
-        **fields,
-    )
+        raise InboundError("body", ERR_NOT_AN_OBJECT)
+    try:
+        body = InboundBody.model_validate(raw)
+    except ValidationError as exc:
+        raise _refusal(exc) from None
+    fields = {name: getattr(body, name) for name in FIELDS}
+    return Inbound(**fields | {"chat_type": body.chat_type.value})

@@ -26,11 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from chats.gateway.inbound import FIELDS, Inbound, InboundError, inbound_parse
+from chats.gateway.inbound import Inbound, InboundError, inbound_parse
 from chats.gateway.ladder import (
-    CHANNEL_PATTERN,
-    ERR_CHANNEL,
-    ERR_ROLES_NEED_GUILD,
     ERR_TIE,
     LADDER,
     CompiledBinding,
@@ -206,39 +203,22 @@ def playground_save(session: Any, state: PlaygroundState) -> None:
 
 
 def playground_set_scope(*, state: PlaygroundState, dm_scope: str) -> None:
-    if dm_scope not in DmScope.values:
-        raise PlaygroundError("dm_scope", ERR_SCOPE)
+    """Turn the dial; ``dm_scope`` is one of :class:`DmScope` (checked by the form)."""
     state.dm_scope = dm_scope
-
-
-def _roles(raw: str | Iterable[str]) -> list[str]:
-    items = raw.split(",") if isinstance(raw, str) else raw
-    return sorted({str(r).strip() for r in items if str(r).strip()})
 
 
 def playground_binding_add(
     *, state: PlaygroundState, agents: Mapping[str, AgentRef], fields: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Add one playground binding, refusing a malformed one or one that would tie.
+    """Add one playground binding, refusing one too many or one that would tie.
 
-    A tie is refused with the gateway's own words, naming both bindings.
+    ``fields`` are a :class:`~chats.gateway.forms.PlaygroundBindingForm`'s cleaned
+    data. A tie is refused with the gateway's own words, naming both bindings.
     ``agents`` are the personas by slug; a new slug is a sandbox persona.
     """
-    agent = str(fields.get("agent", "")).strip().lower()
-    if not AGENT_PATTERN.match(agent):
-        raise PlaygroundError("agent", ERR_AGENT)
-    row: dict[str, Any] = {"agent": agent}
-    for name in BINDING_FIELDS:
-        value = str(fields.get(name) or "").strip()
-        if len(value) > LIMITS.inbound_id_chars:
-            raise PlaygroundError(name, f"is at most {LIMITS.inbound_id_chars} characters.")
-        row[name] = value
-    row["channel"] = row["channel"].lower()
-    if not CHANNEL_PATTERN.match(row["channel"]):
-        raise PlaygroundError("channel", ERR_CHANNEL)
-    row["roles"] = _roles(fields.get("roles") or "")
-    if row["roles"] and not row["guild_id"]:
-        raise PlaygroundError("roles", ERR_ROLES_NEED_GUILD)
+    row: dict[str, Any] = {"agent": fields["agent"]}
+    row.update({name: fields.get(name) or "" for name in BINDING_FIELDS})
+    row["roles"] = list(fields.get("roles") or ())
     if len(state.bindings) >= LIMITS.playground_bindings:
         raise PlaygroundError("agent", ERR_TOO_MANY)
 
@@ -268,20 +248,14 @@ def playground_fire(
     agents: Mapping[str, AgentRef],
     default_slug: str,
     palette_id: str = "",
-    custom: Mapping[str, Any] | None = None,
+    custom: Inbound | None = None,
 ) -> Route:
-    """Fire one message: from the palette, or written by the person (checked by the
-    gateway's one parser, so its errors name the field). It gets a fresh message id,
-    so every cron run is a run of its own."""
+    """Fire one message: from the palette, or written by the person (``custom``, as
+    the gateway's one parser made it). It gets a fresh message id, so every cron
+    run is a run of its own."""
     n = state.take_id()
     if custom is not None:
-        raw = {name: value for name, value in custom.items() if name in FIELDS}
-        raw["message_id"] = f"play-{n}"
-        try:
-            inbound = inbound_parse(raw)
-        except InboundError as exc:
-            state.next_id -= 1
-            raise PlaygroundError(exc.field, exc.message) from None
+        inbound = replace(custom, message_id=f"play-{n}")
         who, where = inbound.peer or inbound.job_id, f"{inbound.channel} {inbound.chat_type}"
     else:
         message = PALETTE_BY_ID.get(palette_id)

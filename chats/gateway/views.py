@@ -7,8 +7,8 @@ secret. They are CSRF-exempt because of that, and only because of that.
 
 The playground is the person's page: sign-in required, CSRF on every POST.
 Its actions are plain POSTs that redirect, so it works without JavaScript;
-under HTMX they answer with the page's regions as out-of-band swaps. The
-rules live in :mod:`chats.gateway.playground`.
+under HTMX they answer with the page's regions as out-of-band swaps. Its
+forms are in :mod:`chats.gateway.forms`, its rules in :mod:`chats.gateway.playground`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,13 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from chats.gateway import playground as pg
+from chats.gateway.forms import (
+    PlaygroundBindingForm,
+    PlaygroundMessageForm,
+    PlaygroundScopeForm,
+    first_error,
+)
 from chats.gateway.inbound import (
-    FIELDS,
     BodyTooLarge,
     InboundError,
     inbound_json,
@@ -308,10 +313,10 @@ def playground(request: HttpRequest) -> HttpResponse:
 @require_POST
 def playground_scope(request: HttpRequest) -> HttpResponse:
     state = _playground_state(request)
-    try:
-        pg.playground_set_scope(state=state, dm_scope=request.POST.get("dm_scope", ""))
-    except pg.PlaygroundError as exc:
-        return _playground_page(request, state, status=400, scope_error=exc)
+    form = PlaygroundScopeForm(request.POST)
+    if not form.is_valid():
+        return _playground_page(request, state, status=400, scope_error=first_error(form))
+    pg.playground_set_scope(state=state, dm_scope=form.cleaned_data["dm_scope"])
     return _playground_done(request, state)
 
 
@@ -319,12 +324,17 @@ def playground_scope(request: HttpRequest) -> HttpResponse:
 @require_POST
 def playground_binding_add(request: HttpRequest) -> HttpResponse:
     state = _playground_state(request)
-    fields = {name: request.POST.get(name, "") for name in ("agent", "roles", *pg.BINDING_FIELDS)}
+    form = PlaygroundBindingForm(request.POST)
+    values = {name: request.POST.get(name, "") for name in form.fields}
+    if not form.is_valid():
+        return _playground_done(
+            request, state, binding_error=first_error(form), binding_values=values
+        )
     agents, _ = _playground_agents()
     try:
-        pg.playground_binding_add(state=state, agents=agents, fields=fields)
+        pg.playground_binding_add(state=state, agents=agents, fields=form.cleaned_data)
     except pg.PlaygroundError as exc:
-        return _playground_done(request, state, binding_error=exc, binding_values=fields)
+        return _playground_done(request, state, binding_error=exc, binding_values=values)
     return _playground_done(request, state)
 
 
@@ -345,10 +355,14 @@ def playground_fire(request: HttpRequest) -> HttpResponse:
     state = _playground_state(request)
     agents, default_slug = _playground_agents()
     custom = None
-    if "message" not in request.POST:
-        custom = {name: request.POST.get(name, "") for name in FIELDS if name in request.POST}
-        roles = custom.pop("member_roles", "")
-        custom["member_roles"] = [r for r in (x.strip() for x in roles.split(",")) if r]
+    if "message" not in request.POST:  # not a palette button: a message of their own
+        form = PlaygroundMessageForm(request.POST)
+        if not form.is_valid():
+            values = {name: request.POST.get(name, "") for name in form.fields}
+            return _playground_done(
+                request, state, message_error=first_error(form), message_values=values
+            )
+        custom = form.cleaned_data["inbound"]
     try:
         pg.playground_fire(
             state=state,
@@ -358,8 +372,7 @@ def playground_fire(request: HttpRequest) -> HttpResponse:
             custom=custom,
         )
     except pg.PlaygroundError as exc:
-        values = {**(custom or {}), "member_roles": request.POST.get("member_roles", "")}
-        return _playground_done(request, state, message_error=exc, message_values=values)
+        return _playground_done(request, state, message_error=exc)
     return _playground_done(request, state)
 
 

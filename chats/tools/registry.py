@@ -1,5 +1,7 @@
 """The tool registry: every tool's name, arguments, family, effect and who may have it.
 
+A tool's arguments are described by JSON Schema and checked by ``jsonschema``.
+
 Apps register their tools and their families' words when they are ready
 (``chats.hooks.register_tool``, ``chats.hooks.family_add``); ``chats`` never
 imports ``together``.
@@ -7,9 +9,14 @@ imports ``together``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from jsonschema import Draft202012Validator, validators
+from jsonschema.exceptions import SchemaError, ValidationError, best_match
+from jsonschema.protocols import Validator
 
 from chats.models import Effect, Mode
 
@@ -117,6 +124,7 @@ def register(tool: Tool) -> Tool:
         raise ValueError(f"{tool.name}: the schema must describe an object")
     if tool.family not in _families:
         raise ValueError(ERR_UNKNOWN_FAMILY.format(tool=tool.name, family=tool.family))
+    _validator(tool)  # a schema jsonschema can't read is refused now, not at the first call
     _tools[tool.name] = tool
     return tool
 
@@ -147,63 +155,127 @@ def tools_offered(conversation: Conversation) -> list[Tool]:
     return offered
 
 
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "object": (dict,),
-    "array": (list,),
+# Tool arguments are checked by jsonschema (Draft 2020-12), one validator per tool,
+# built when first needed. JSON has one kind of number; Python's json gives an int
+# for ``3`` and a float for ``3.0``, and the tools index and slice with "integer"
+# arguments, so an "integer" here is an int, as it was before jsonschema.
+_ArgsValidator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool)
+    ),
+)
+_validators: dict[str, tuple[dict[str, Any], Validator]] = {}
+
+ERR_NOT_AN_OBJECT = "{tool}: arguments must be an object."
+ERR_MISSING = "{tool}: missing argument {name!r}."
+ERR_UNKNOWN = "{tool}: unknown argument {name!r}."
+ERR_ARGUMENT = "{tool}: argument {name!r} {problem}."
+ERR_ARGUMENTS = "{tool}: the arguments are not valid: {why}"
+ERR_BAD_SCHEMA = "{tool}: the schema is not valid JSON Schema: {why}"
+ERR_BAD_DEFAULT = "{tool}: the default of {name!r} does not fit its own schema: {why}"
+
+# What each keyword asks of a value, in words a model can act on.
+_PROBLEMS: dict[str, Callable[[Any], str]] = {
+    "type": lambda want: "must be " + (" or ".join(want) if isinstance(want, list) else want),
+    "enum": lambda want: "must be one of " + ", ".join(repr(v) for v in want),
+    "const": lambda want: f"must be {want!r}",
+    "minLength": lambda n: "must not be empty" if n == 1 else f"must be at least {n} characters",
+    "maxLength": lambda n: f"is longer than {n} characters",
+    "pattern": lambda pattern: f"must match the pattern {pattern!r}",
+    "format": lambda name: f"must be a valid {name}",
+    "minimum": lambda n: f"must be at least {n}",
+    "maximum": lambda n: f"must be at most {n}",
+    "exclusiveMinimum": lambda n: f"must be more than {n}",
+    "exclusiveMaximum": lambda n: f"must be less than {n}",
+    "multipleOf": lambda n: f"must be a multiple of {n}",
+    "minItems": lambda n: "must not be empty" if n == 1 else f"must have at least {n} items",
+    "maxItems": lambda n: f"must have at most {n} items",
+    "uniqueItems": lambda _: "must not hold the same item twice",
+    "minProperties": lambda n: f"must have at least {n} keys",
+    "maxProperties": lambda n: f"must have at most {n} keys",
 }
+# Which of several errors is named: the shallowest, and among those a missing
+# argument, then an unknown one, then the rest in the schema's order.
+_FIRST = {"required": 0, "additionalProperties": 1}
+
+
+def _validator(tool: Tool) -> Validator:
+    """The tool's validator, checked and built once for each schema it is given."""
+    cached = _validators.get(tool.name)
+    if cached is not None and cached[0] is tool.schema:
+        return cached[1]
+    try:
+        _ArgsValidator.check_schema(tool.schema)
+    except SchemaError as exc:
+        raise ValueError(ERR_BAD_SCHEMA.format(tool=tool.name, why=exc.message)) from None
+    validator = _ArgsValidator(tool.schema, format_checker=_ArgsValidator.FORMAT_CHECKER)
+    for name, spec in tool.schema.get("properties", {}).items():
+        if isinstance(spec, dict) and "default" in spec:
+            problem = best_match(validator.evolve(schema=spec).iter_errors(spec["default"]))
+            if problem is not None:
+                raise ValueError(
+                    ERR_BAD_DEFAULT.format(tool=tool.name, name=name, why=problem.message)
+                )
+    _validators[tool.name] = (tool.schema, validator)
+    return validator
+
+
+def _argument_path(path: Any) -> str:
+    """``["items", 2, "path"]`` as ``items[2].path``."""
+    words = ""
+    for part in path:
+        words += f"[{part}]" if isinstance(part, int) else (f".{part}" if words else str(part))
+    return words
+
+
+def _within(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _in_words(tool: Tool, error: ValidationError) -> str:
+    """The error as the assistant reads it, naming the argument by its path."""
+    path = _argument_path(error.absolute_path)
+    keyword = error.validator
+    if keyword == "required" and isinstance(error.instance, dict):
+        missing = next((n for n in error.validator_value if n not in error.instance), "?")
+        return ERR_MISSING.format(tool=tool.name, name=_within(path, missing))
+    if keyword == "additionalProperties" and isinstance(error.instance, dict):
+        known = error.schema.get("properties", {})
+        patterns = error.schema.get("patternProperties", {})
+        extra = next(
+            (
+                n
+                for n in error.instance
+                if n not in known and not any(re.search(p, n) for p in patterns)
+            ),
+            "?",
+        )
+        return ERR_UNKNOWN.format(tool=tool.name, name=_within(path, extra))
+    if keyword == "type" and not path:
+        return ERR_NOT_AN_OBJECT.format(tool=tool.name)
+    words = _PROBLEMS.get(str(keyword))
+    problem = words(error.validator_value) if words else f"is not valid: {error.message}"
+    if not path:  # a rule about the arguments as a whole
+        return ERR_ARGUMENTS.format(tool=tool.name, why=error.message)
+    return ERR_ARGUMENT.format(tool=tool.name, name=path, problem=problem)
 
 
 def validate_args(tool: Tool, args: Any) -> dict[str, Any]:
-    """Check ``args`` against the tool's schema (the subset our tools use).
+    """Check ``args`` against the tool's JSON Schema; fill in the defaults it gives.
 
-    Raises :class:`ToolError` naming the argument at fault.
+    Raises :class:`ToolError` naming the first argument at fault by its path.
     """
     if not isinstance(args, dict):
-        raise ToolError(f"{tool.name}: arguments must be an object.")
-    schema = tool.schema
-    properties: dict[str, Any] = schema.get("properties", {})
-    for required in schema.get("required", []):
-        if required not in args:
-            raise ToolError(f"{tool.name}: missing argument {required!r}.")
-    if schema.get("additionalProperties") is False:
-        for name in args:
-            if name not in properties:
-                raise ToolError(f"{tool.name}: unknown argument {name!r}.")
+        raise ToolError(ERR_NOT_AN_OBJECT.format(tool=tool.name))
+    errors = list(_validator(tool).iter_errors(args))
+    if errors:
+        first = min(errors, key=lambda e: (len(e.absolute_path), _FIRST.get(str(e.validator), 2)))
+        if first.context:  # anyOf, oneOf: the branch that came nearest
+            first = best_match([first]) or first
+        raise ToolError(_in_words(tool, first))
     cleaned = dict(args)
-    for name, value in args.items():
-        spec = properties.get(name)
-        if spec is None:
-            continue
-        expected = spec.get("type")
-        if expected:
-            types = _JSON_TYPES[expected]
-            is_bool = isinstance(value, bool)
-            if not isinstance(value, types) or (is_bool and expected in ("integer", "number")):
-                raise ToolError(f"{tool.name}: argument {name!r} must be {expected}.")
-        if "enum" in spec and value not in spec["enum"]:
-            choices = ", ".join(repr(v) for v in spec["enum"])
-            raise ToolError(f"{tool.name}: argument {name!r} must be one of {choices}.")
-        if isinstance(value, str):
-            if "maxLength" in spec and len(value) > spec["maxLength"]:
-                raise ToolError(
-                    f"{tool.name}: argument {name!r} is longer than {spec['maxLength']} characters."
-                )
-            if spec.get("minLength") and len(value) < spec["minLength"]:
-                raise ToolError(f"{tool.name}: argument {name!r} must not be empty.")
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            if "minimum" in spec and value < spec["minimum"]:
-                raise ToolError(
-                    f"{tool.name}: argument {name!r} must be at least {spec['minimum']}."
-                )
-            if "maximum" in spec and value > spec["maximum"]:
-                raise ToolError(
-                    f"{tool.name}: argument {name!r} must be at most {spec['maximum']}."
-                )
-    for name, spec in properties.items():
-        if name not in cleaned and "default" in spec:
+    for name, spec in tool.schema.get("properties", {}).items():
+        if name not in cleaned and isinstance(spec, dict) and "default" in spec:
             cleaned[name] = spec["default"]
     return cleaned

@@ -8,7 +8,8 @@ import pytest
 from playwright.sync_api import expect
 
 from chats.runtime.chats import conversation_rename
-from tests.browser.test_workspace import open_chat, scripted_chat
+from tests.browser.test_workspace import open_chat
+from tests.factories import ChatFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -18,7 +19,7 @@ AGAIN = re.compile(r"^([2-9]|\d\d+)$")  # opened a second time, or more
 def test_a_socket_the_server_closes_reconnects_and_catches_up(
     tab, sign_in, short_lived_server, owner, agent, workspace
 ):
-    chat = scripted_chat(owner, agent, workspace)
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
     page = tab.page
     body = page.locator("body")
     sign_in(tab, short_lived_server)
@@ -39,7 +40,7 @@ def test_a_socket_the_server_closes_reconnects_and_catches_up(
 def test_a_page_says_it_is_offline_keeps_what_was_typed_and_recovers(
     tab, sign_in, short_lived_server, owner, agent, workspace
 ):
-    chat = scripted_chat(owner, agent, workspace)
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
     page = tab.page
     sign_in(tab, short_lived_server)
     open_chat(tab, short_lived_server, chat)
@@ -70,8 +71,8 @@ def test_a_lost_event_is_noticed_by_the_gap_in_the_numbers(
 ):
     from tests.browser.conftest import watch
 
-    shown = scripted_chat(owner, agent, workspace, title="Shown")
-    elsewhere = scripted_chat(owner, agent, workspace, title="Elsewhere")
+    shown = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Shown")
+    elsewhere = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Elsewhere")
     watching, acting = watch(browser_context.new_page()), watch(browser_context.new_page())
     sign_in(watching)
     open_chat(watching, conch_server, shown)

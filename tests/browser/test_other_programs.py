@@ -16,7 +16,8 @@ import pytest
 from django.conf import settings
 from playwright.sync_api import expect
 
-from tests.browser.test_workspace import open_chat, scripted_chat
+from tests.browser.test_workspace import open_chat
+from tests.factories import ChatFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -100,7 +101,7 @@ def session_of(context) -> str:
 def test_a_page_on_another_loopback_port_cannot_open_the_socket(
     browser_context, tab, sign_in, conch_server, hostile_site, owner, agent, workspace
 ):
-    chat = scripted_chat(owner, agent, workspace, title="Plans")
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Plans")
     sign_in(tab)
     open_chat(tab, conch_server, chat)
     hostile_site.pages["/"] = HOSTILE_PAGE % {"port": conch_server.port}
@@ -131,7 +132,7 @@ def test_a_page_on_another_loopback_port_cannot_open_the_socket(
 def test_signing_out_in_one_tab_closes_the_other_tabs_socket(
     browser_context, tab, sign_in, conch_server, owner, agent, workspace
 ):
-    chat = scripted_chat(owner, agent, workspace, title="Plans")
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Plans")
     sign_in(tab)
     other = browser_context.new_page()
     sockets = []

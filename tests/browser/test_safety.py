@@ -7,7 +7,8 @@ from urllib.parse import urlparse
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.test_workspace import STEP, open_chat, row, scripted_chat
+from tests.browser.test_workspace import STEP, open_chat, row
+from tests.factories import ChatFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -25,11 +26,11 @@ HOSTILE_TITLE = "<img src=z onerror=\"window.pwned = 'title'\">"
 def test_a_hostile_reply_shows_as_text_and_does_nothing(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
-    chat = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[
             {"say": HOSTILE, "delay": STEP},
             {"tool": "write_file", "args": {"path": HOSTILE_FILE, "content": "x"}},
         ],

@@ -12,7 +12,8 @@ from playwright.sync_api import expect
 
 from chats.models import Inbound, Mode, StartedBy
 from chats.runtime.turns import message_send
-from tests.browser.test_workspace import STEP, open_chat, row, scripted_chat, still_the_same_page
+from tests.browser.test_workspace import STEP, open_chat, row, still_the_same_page
+from tests.factories import ChatFactory
 from together.messages import inbound_set
 from together.models import ChatMessage, MessageState
 
@@ -30,29 +31,29 @@ def message_card(page):
 def test_the_look_card_shows_the_other_chats_and_its_rows_open_them(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
-    busy = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [
+    busy = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[
             {"tool": "write_file", "args": {"path": "src/auth.ts", "content": "x"}},
             *[{"tool": "list_files", "args": {}, "delay": STEP}] * 60,
         ],
         title="Fix the login",
     )
-    asking = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [{"tool": "write_file", "args": {"path": "deploy.txt", "content": "2.4"}}],
+    asking = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[{"tool": "write_file", "args": {"path": "deploy.txt", "content": "2.4"}}],
         title="Roll out 2.4",
         mode=Mode.ASK,
     )
-    looker = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [{"tool": "list_chats", "args": {}, "delay": STEP}, {"say": "Checked."}],
+    looker = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[{"tool": "list_chats", "args": {}, "delay": STEP}, {"say": "Checked."}],
         title="Release notes",
     )
     page = tab.page
@@ -102,22 +103,22 @@ def test_the_look_card_shows_the_other_chats_and_its_rows_open_them(
 
 def held_pair(owner, agent, workspace):
     """“Release notes” asks “Fix the login”, which holds messages, to start a reply."""
-    receiver = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [
+    receiver = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[
             {"tool": "list_files", "args": {}, "delay": STEP},
             {"say": "The login tests pass.", "delay": STEP},
         ],
         title="Fix the login",
     )
     receiver = inbound_set(conversation=receiver, inbound=Inbound.HOLD)
-    sender = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [
+    sender = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[
             {
                 "tool": "message_chat",
                 "args": {

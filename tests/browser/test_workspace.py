@@ -12,17 +12,11 @@ import pytest
 from playwright.sync_api import expect
 
 from chats.models import Conversation, Mode, TurnState
-from chats.runtime.chats import conversation_create
+from tests.factories import ChatFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 STEP = 0.3  # seconds per scripted action: slow enough to watch, quick enough to wait for
-
-
-def scripted_chat(owner, agent, folder, *replies, title="Fix the login bug", mode=Mode.AUTO):
-    return conversation_create(
-        owner=owner, title=title, folder=str(folder), agent=agent, mode=mode, script=list(replies)
-    )
 
 
 def open_chat(tab, server, chat) -> None:
@@ -91,11 +85,11 @@ def test_creating_two_chats(tab, sign_in, conch_server, owner, agent, workspace)
 def test_a_message_sends_and_the_replys_steps_appear_live(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
-    chat = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[
             {"tool": "list_files", "args": {}, "delay": STEP},
             {
                 "tool": "write_file",
@@ -104,6 +98,7 @@ def test_a_message_sends_and_the_replys_steps_appear_live(
             },
             {"say": "I wrote notes.md.", "delay": STEP},
         ],
+        title="Fix the login bug",
     )
     page = tab.page
     sign_in(tab)
@@ -131,8 +126,12 @@ def test_a_message_sends_and_the_replys_steps_appear_live(
 
 
 def test_stopping_a_reply(tab, sign_in, conch_server, owner, agent, workspace):
-    chat = scripted_chat(
-        owner, agent, workspace, [{"tool": "list_files", "args": {}, "delay": STEP}] * 30
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[{"tool": "list_files", "args": {}, "delay": STEP}] * 30,
+        title="Fix the login bug",
     )
     page = tab.page
     sign_in(tab)
@@ -151,15 +150,16 @@ def test_stopping_a_reply(tab, sign_in, conch_server, owner, agent, workspace):
 
 
 def test_approving_a_request_that_needs_you(tab, sign_in, conch_server, owner, agent, workspace):
-    chat = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[
             {"tool": "write_file", "args": {"path": "hello.txt", "content": "hello\n"}},
             {"say": "Done."},
         ],
         mode=Mode.ASK,
+        title="Fix the login bug",
     )
     page = tab.page
     sign_in(tab)
@@ -189,13 +189,14 @@ def test_a_second_tab_follows_the_first(
 ):
     from tests.browser.conftest import watch
 
-    chat = scripted_chat(
-        owner,
-        agent,
-        workspace,
-        [{"tool": "list_files", "args": {}, "delay": STEP}, {"say": "Seen."}],
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[{"tool": "list_files", "args": {}, "delay": STEP}, {"say": "Seen."}],
+        title="Fix the login bug",
     )
-    other = scripted_chat(owner, agent, workspace, title="Release notes")
+    other = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Release notes")
     first, second = watch(browser_context.new_page()), watch(browser_context.new_page())
     sign_in(first)
     open_chat(first, conch_server, chat)

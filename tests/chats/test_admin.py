@@ -2,14 +2,14 @@ import pytest
 from django.urls import reverse
 
 from chats.models import AuthProfile, Conversation, Entry, Step, Task, Turn
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send, task_start
+from tests.factories import ChatFactory
 
 
 @pytest.fixture
 def played_chat(owner, agent, workspace):
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Fix the login",
         folder=str(workspace),

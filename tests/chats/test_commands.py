@@ -41,7 +41,7 @@ from tests.commands import (
     wait_for_fifo,
     wait_until_ended,
 )
-from tests.factories import ConversationFactory, TurnFactory, agent_admin_form
+from tests.factories import ChatFactory, ConversationFactory, TurnFactory, agent_admin_form
 from tests.scaleout.processes import wait_until
 
 SERVER_SECRETS = {
@@ -211,9 +211,7 @@ def test_the_admin_keeps_good_command_settings(admin_client, agent):
     assert agent.engine_config == {"command_env": ["GOPATH"], "command_network": True}
 
 
-def test_a_commands_output_is_stored_with_keys_and_passwords_taken_out(
-    scripted_chat, agent, workspace, settings
-):
+def test_a_commands_output_is_stored_with_keys_and_passwords_taken_out(agent, workspace, settings):
     AuthProfile.objects.create(agent=agent, name="deploy", secret="plain-words-deploy-secret")
     (workspace / "leak.txt").write_text(
         "sk-proj-AAAAAAAAAAAAAAAAAAAAAAAA\n"
@@ -222,7 +220,7 @@ def test_a_commands_output_is_stored_with_keys_and_passwords_taken_out(
         f"{settings.SECRET_KEY}\n"
         "an ordinary line\n"
     )
-    chat = scripted_chat([command("cat leak.txt"), say("Read it.")])
+    chat = ChatFactory(reply=[command("cat leak.txt"), say("Read it.")])
 
     message_send(conversation=chat, text="go")
     drain()
@@ -255,12 +253,12 @@ def test_a_commands_output_is_scrubbed_before_it_is_cut(ctx, agent, settings, se
     assert tail_of_it not in result.text
 
 
-def test_every_steps_stored_result_is_scrubbed(scripted_chat, agent, workspace):
+def test_every_steps_stored_result_is_scrubbed(agent, workspace):
     AuthProfile.objects.create(agent=agent, name="deploy", secret="plain-words-deploy-secret")
     (workspace / ".env").write_text(
         "OPENAI_API_KEY=sk-proj-AAAAAAAAAAAAAAAAAAAAAAAA\nDEPLOY=plain-words-deploy-secret\n"
     )
-    chat = scripted_chat([{"tool": "read_file", "args": {"path": ".env"}}, say("Read it.")])
+    chat = ChatFactory(reply=[{"tool": "read_file", "args": {"path": ".env"}}, say("Read it.")])
 
     message_send(conversation=chat, text="go")
     drain()
@@ -271,9 +269,9 @@ def test_every_steps_stored_result_is_scrubbed(scripted_chat, agent, workspace):
     assert step.result.count(REDACTED) == 2
 
 
-def test_a_stopped_commands_output_is_scrubbed_too(scripted_chat, settings):
+def test_a_stopped_commands_output_is_scrubbed_too(agent, settings):
     settings.CONCH_COMMAND_TIMEOUT = 0.5
-    chat = scripted_chat([command("echo ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123; sleep 5")])
+    chat = ChatFactory(reply=[command("echo ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123; sleep 5")])
 
     message_send(conversation=chat, text="go")
     drain()
@@ -447,8 +445,8 @@ def test_in_the_sandbox_a_command_cannot_reach_a_socket_in_run(ctx, sandboxed):
         path.unlink(missing_ok=True)
 
 
-def test_a_sandboxed_command_is_recorded_as_one(scripted_chat, sandboxed):
-    chat = scripted_chat([command("true")])
+def test_a_sandboxed_command_is_recorded_as_one(agent, sandboxed):
+    chat = ChatFactory(reply=[command("true")])
 
     message_send(conversation=chat, text="go")
     drain()
@@ -496,12 +494,14 @@ def test_required_refuses_where_bwrap_is_not_installed(ctx, settings, workspace)
 
 
 def test_auto_runs_plainly_where_the_sandbox_does_not_work_and_says_so_in_the_first_command_only(
-    scripted_chat, settings, broken_bwrap, workspace
+    agent, settings, broken_bwrap, workspace
 ):
     settings.CONCH_SANDBOX = sandbox.SANDBOX_AUTO
-    chat = scripted_chat(
-        [command("echo one > one.txt"), command("echo two > two.txt"), say("Done.")],
-        [command("echo three > three.txt")],
+    chat = ChatFactory(
+        script=[
+            [command("echo one > one.txt"), command("echo two > two.txt"), say("Done.")],
+            [command("echo three > three.txt")],
+        ]
     )
 
     message_send(conversation=chat, text="go")
@@ -520,9 +520,9 @@ def test_auto_runs_plainly_where_the_sandbox_does_not_work_and_says_so_in_the_fi
     assert {p.name for p in workspace.iterdir()} >= {"one.txt", "two.txt", "three.txt"}
 
 
-def test_auto_uses_the_sandbox_where_it_works_and_says_nothing(scripted_chat, settings):
+def test_auto_uses_the_sandbox_where_it_works_and_says_nothing(agent, settings):
     settings.CONCH_SANDBOX = sandbox.SANDBOX_AUTO
-    chat = scripted_chat([command("true")])
+    chat = ChatFactory(reply=[command("true")])
 
     message_send(conversation=chat, text="go")
     drain()
@@ -570,11 +570,9 @@ def _started(workspace: Path, marker: str) -> list[int]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_stop_ends_the_running_command_and_everything_it_started(
-    scripted_chat, workspace, mode, marker
-):
+def test_stop_ends_the_running_command_and_everything_it_started(agent, workspace, mode, marker):
     os.mkfifo(workspace / "ready.fifo")
-    chat = scripted_chat([command(_long_command(marker)), say("After.")])
+    chat = ChatFactory(reply=[command(_long_command(marker)), say("After.")])
     message_send(conversation=chat, text="go")
     driver = _drive_in_a_thread("stop-test")
     pids = _started(workspace, marker)
@@ -595,12 +593,12 @@ def test_stop_ends_the_running_command_and_everything_it_started(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_stop_pressed_in_another_process_ends_the_command_at_the_runners_next_look(
-    scripted_chat, workspace, marker, monkeypatch
+    agent, workspace, marker, monkeypatch
 ):
     # Another server process changes only the database: nothing reaches this one's commands.
     monkeypatch.setattr(processes, "commands_stop", lambda **kwargs: 0)
     os.mkfifo(workspace / "ready.fifo")
-    chat = scripted_chat([command(_long_command(marker)), say("After.")])
+    chat = ChatFactory(reply=[command(_long_command(marker)), say("After.")])
     message_send(conversation=chat, text="go")
     driver = _drive_in_a_thread("cross-process-test")
     pids = _started(workspace, marker)
@@ -614,9 +612,9 @@ def test_a_stop_pressed_in_another_process_ends_the_command_at_the_runners_next_
 
 
 @pytest.mark.django_db(transaction=True)
-def test_deleting_a_chat_ends_its_running_command(scripted_chat, workspace, marker):
+def test_deleting_a_chat_ends_its_running_command(agent, workspace, marker):
     os.mkfifo(workspace / "ready.fifo")
-    chat = scripted_chat([command(_long_command(marker))])
+    chat = ChatFactory(reply=[command(_long_command(marker))])
     message_send(conversation=chat, text="go")
     driver = _drive_in_a_thread("delete-test")
     pids = _started(workspace, marker)
@@ -706,10 +704,10 @@ def test_a_command_that_runs_too_long_is_stopped_with_everything_it_started(
 
 @pytest.mark.django_db(transaction=True)
 def test_shutting_down_a_runner_ends_its_commands_and_the_reply_carries_on_later(
-    scripted_chat, workspace, mode, marker
+    agent, workspace, mode, marker
 ):
     os.mkfifo(workspace / "ready.fifo")
-    chat = scripted_chat([command(_long_command(marker)), say("After the restart.")])
+    chat = ChatFactory(reply=[command(_long_command(marker)), say("After the restart.")])
     turn = message_send(conversation=chat, text="go")
     runner = Runner(name="shutting-down", poll=0.05).start()
     try:

@@ -13,10 +13,10 @@ from django.db import close_old_connections
 
 from chats.limits import LIMITS
 from chats.models import Conversation, Mode, Step, Taint, Turn
-from chats.runtime.chats import conversation_create
 from chats.runtime.turns import conversation_stop, turn_start
 from chats.tools import web
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
+from tests.factories import ChatFactory
 from tests.frames import conch_voices, frame_closers
 
 # ---------------------------------------------------------------------------
@@ -108,7 +108,7 @@ def allow_loopback(settings):
 
 @pytest.fixture
 def reader(owner, agent):
-    return conversation_create(owner=owner, title="Reading the docs")
+    return ChatFactory(owner=owner, title="Reading the docs")
 
 
 def fetch(chat, **args):
@@ -144,7 +144,7 @@ ARTICLE = """<!doctype html>
 def test_the_chat_is_marked_untrusted_before_the_pages_words_arrive(
     transactional_db, owner, agent, site, allow_loopback
 ):
-    chat = conversation_create(owner=owner, title="Reading the docs")
+    chat = ChatFactory(owner=owner, title="Reading the docs")
     site.page("/checklist", ARTICLE)
 
     def taint_when_asked():
@@ -300,12 +300,15 @@ def test_redirects_are_bounded(reader, site, allow_loopback):
 
 def test_a_reply_that_read_a_page_has_it_open_until_the_reply_ends(stage, site, allow_loopback):
     site.page("/checklist", ARTICLE)
-    reading = stage.chat(
-        "Reading the docs",
-        [[{"tool": "fetch_page", "args": {"url": site.url("/checklist")}}, {"say": "Read it."}]],
+    reading = ChatFactory(
+        title="Reading the docs",
+        script=[
+            [{"tool": "fetch_page", "args": {"url": site.url("/checklist")}}, {"say": "Read it."}]
+        ],
     )
-    looking = stage.chat(
-        "Release notes", [[{"tool": "list_chats", "args": {}}, {"tool": "list_chats", "args": {}}]]
+    looking = ChatFactory(
+        title="Release notes",
+        script=[[{"tool": "list_chats", "args": {}}, {"tool": "list_chats", "args": {}}]],
     )
     stage.start(reading)
     stage.step(reading)
@@ -336,8 +339,8 @@ def test_a_stopped_reply_closes_its_page_too(reader, site, allow_loopback):
 
 
 def test_in_ask_mode_fetch_page_asks_the_person_first(owner, agent):
-    asking = conversation_create(owner=owner, title="Careful", mode=Mode.ASK)
-    auto = conversation_create(owner=owner, title="Auto", mode=Mode.AUTO)
+    asking = ChatFactory(owner=owner, title="Careful", mode=Mode.ASK)
+    auto = ChatFactory(owner=owner, title="Auto", mode=Mode.AUTO)
     assert get_tool("fetch_page").must_ask(asking)
     assert not get_tool("fetch_page").must_ask(auto)
 

@@ -9,11 +9,11 @@ from chats.runtime import runner as runner_module
 from chats.runtime.claims import turn_claim, turn_claim_one
 from chats.runtime.runner import ERR_INTERNAL, Runner, drive_one_action, runnable_by_chat
 from chats.runtime.turns import message_send
-from tests.factories import ConversationFactory, TurnFactory
+from tests.factories import ChatFactory, ConversationFactory, TurnFactory
 
 
-def test_a_runner_renews_the_lease_of_a_reply_whose_step_outlasts_it(scripted_chat):
-    chat = scripted_chat([{"tool": "list_files", "args": {}}])
+def test_a_runner_renews_the_lease_of_a_reply_whose_step_outlasts_it(agent):
+    chat = ChatFactory(reply=[{"tool": "list_files", "args": {}}])
     turn = message_send(conversation=chat, text="go")
     runner = Runner(name="busy-runner", lone=False)
     assert turn_claim(worker=runner.name, limit=1) == [turn.pk]

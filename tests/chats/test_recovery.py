@@ -33,7 +33,7 @@ from tests.commands import (
     wait_for_fifo,
     wait_until_ended,
 )
-from tests.factories import StepFactory
+from tests.factories import ChatFactory, StepFactory
 from tests.scaleout.processes import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -84,14 +84,16 @@ def states_at_recovery(monkeypatch):
 
 
 def test_a_reply_whose_worker_died_after_a_read_is_recovery_pending_first_then_resumed(
-    scripted_chat,
+    agent,
     workspace,
     states_at_recovery,
     published,
     django_capture_on_commit_callbacks,
 ):
     (workspace / "a.txt").write_text("a\n")
-    chat = scripted_chat([{"tool": "read_file", "args": {"path": "a.txt"}}, {"say": "Read it."}])
+    chat = ChatFactory(
+        reply=[{"tool": "read_file", "args": {"path": "a.txt"}}, {"say": "Read it."}]
+    )
     turn = claimed_by_a_dead_worker(chat, actions_played=1)
     published.clear()
 
@@ -122,9 +124,11 @@ def test_a_reply_whose_worker_died_after_a_read_is_recovery_pending_first_then_r
     assert chat.entries.last().text == "Read it."
 
 
-def test_a_read_step_that_was_cut_off_is_played_again(scripted_chat, workspace):
+def test_a_read_step_that_was_cut_off_is_played_again(agent, workspace):
     (workspace / "a.txt").write_text("a\n")
-    chat = scripted_chat([{"tool": "read_file", "args": {"path": "a.txt"}}, {"say": "Read it."}])
+    chat = ChatFactory(
+        reply=[{"tool": "read_file", "args": {"path": "a.txt"}}, {"say": "Read it."}]
+    )
     turn = claimed_by_a_dead_worker(chat, actions_played=0)
     cut = cut_off_step(
         turn, tool="read_file", family=READING_FILES, effect=Effect.READ, args={"path": "a.txt"}
@@ -143,11 +147,14 @@ def test_a_read_step_that_was_cut_off_is_played_again(scripted_chat, workspace):
 
 
 def test_a_write_step_that_was_cut_off_is_not_run_again_and_the_reply_is_interrupted(
-    scripted_chat, workspace, states_at_recovery
+    agent, workspace, states_at_recovery
 ):
     (workspace / "a.txt").write_text("before\n")
-    chat = scripted_chat(
-        [{"tool": "write_file", "args": {"path": "a.txt", "content": "after\n"}}, {"say": "Wrote."}]
+    chat = ChatFactory(
+        reply=[
+            {"tool": "write_file", "args": {"path": "a.txt", "content": "after\n"}},
+            {"say": "Wrote."},
+        ]
     )
     turn = claimed_by_a_dead_worker(chat, actions_played=0)
     cut = cut_off_step(
@@ -178,9 +185,9 @@ def test_a_write_step_that_was_cut_off_is_not_run_again_and_the_reply_is_interru
     assert not chat.entries.filter(role=EntryRole.ASSISTANT).exists()
 
 
-def test_a_worker_among_others_recovers_only_replies_whose_lease_ran_out(scripted_chat):
-    live = claimed_by_a_dead_worker(scripted_chat([{"say": "a"}], title="Live"), 0)
-    dead = claimed_by_a_dead_worker(scripted_chat([{"say": "b"}], title="Dead"), 0)
+def test_a_worker_among_others_recovers_only_replies_whose_lease_ran_out(agent):
+    live = claimed_by_a_dead_worker(ChatFactory(reply=[{"say": "a"}], title="Live"), 0)
+    dead = claimed_by_a_dead_worker(ChatFactory(reply=[{"say": "b"}], title="Dead"), 0)
     Turn.objects.filter(pk=dead.pk).update(lease_until=timezone.now() - timezone.timedelta(1))
 
     recovered = turns_recover(orphaned_only=True)
@@ -190,9 +197,9 @@ def test_a_worker_among_others_recovers_only_replies_whose_lease_ran_out(scripte
     assert (live.state, live.claimed_by) == (TurnState.RUNNING, DEAD)
 
 
-def test_recovery_leaves_a_reply_waiting_for_the_persons_ok_alone(scripted_chat, workspace):
-    chat = scripted_chat(
-        [{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}], mode="ask"
+def test_recovery_leaves_a_reply_waiting_for_the_persons_ok_alone(agent, workspace):
+    chat = ChatFactory(
+        reply=[{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}], mode="ask"
     )
     message_send(conversation=chat, text="go")
     drain()

@@ -47,6 +47,7 @@ from chats.tools.registry import (
     ToolResult,
     tools_offered,
 )
+from tests.factories import ChatFactory, ConversationFactory
 
 WRITE_TOOLS = ("edit_file", "write_file", "run_command")
 
@@ -79,8 +80,8 @@ def status_events(seen, chat):
 # A person's message starts a reply; steps are recorded
 
 
-def test_a_persons_message_starts_a_reply(scripted_chat):
-    chat = scripted_chat([say("Hello.")])
+def test_a_persons_message_starts_a_reply(agent):
+    chat = ChatFactory(reply=[say("Hello.")])
 
     turn = message_send(conversation=chat, text="Hi there")
 
@@ -96,8 +97,8 @@ def test_a_persons_message_starts_a_reply(scripted_chat):
     assert (first.role, first.text, first.turn_id) == (EntryRole.PERSON, "Hi there", turn.pk)
 
 
-def test_an_empty_message_is_refused_and_starts_nothing(scripted_chat):
-    chat = scripted_chat([say("Hello.")])
+def test_an_empty_message_is_refused_and_starts_nothing(agent):
+    chat = ChatFactory(reply=[say("Hello.")])
 
     with pytest.raises(ConchError, match="needs some words"):
         message_send(conversation=chat, text="   ")
@@ -105,10 +106,10 @@ def test_an_empty_message_is_refused_and_starts_nothing(scripted_chat):
     assert not chat.turns.exists()
 
 
-def test_each_step_is_recorded_with_its_tool_family_effect_and_args(scripted_chat, workspace):
+def test_each_step_is_recorded_with_its_tool_family_effect_and_args(agent, workspace):
     (workspace / "a.txt").write_text("hello\n")
-    chat = scripted_chat(
-        [
+    chat = ChatFactory(
+        reply=[
             tool("read_file", path="a.txt"),
             tool("edit_file", path="a.txt", old="hello", new="bye"),
             tool("run_command", command="echo ran"),
@@ -134,13 +135,13 @@ def test_each_step_is_recorded_with_its_tool_family_effect_and_args(scripted_cha
 
 
 def test_files_a_step_changed_are_added_to_the_reply_as_full_resolved_paths_in_first_changed_order(
-    scripted_chat, workspace, tmp_path
+    agent, workspace, tmp_path
 ):
     (workspace / "a.txt").write_text("one\n")
     link = tmp_path / "via-link"
     link.symlink_to(workspace, target_is_directory=True)  # the chat's folder is a link
-    chat = scripted_chat(
-        [
+    chat = ChatFactory(
+        reply=[
             tool("write_file", path="b.txt", content="b\n"),
             tool("edit_file", path="a.txt", old="one", new="two"),
             tool("edit_file", path="./b.txt", old="b", new="bb"),
@@ -158,8 +159,8 @@ def test_files_a_step_changed_are_added_to_the_reply_as_full_resolved_paths_in_f
     assert (workspace / "sub" / "c.txt").read_text() == "c\n"
 
 
-def test_a_finished_reply_leaves_the_chat_idle(scripted_chat):
-    chat = scripted_chat([say("All done.")])
+def test_a_finished_reply_leaves_the_chat_idle(agent):
+    chat = ChatFactory(reply=[say("All done.")])
 
     turn = play(chat)
 
@@ -170,8 +171,8 @@ def test_a_finished_reply_leaves_the_chat_idle(scripted_chat):
     assert chat.entries.last().text == "All done."
 
 
-def test_a_chat_with_no_script_left_says_so_and_finishes(scripted_chat):
-    chat = scripted_chat()
+def test_a_chat_with_no_script_left_says_so_and_finishes(agent):
+    chat = ChatFactory()
 
     turn = play(chat)
 
@@ -179,8 +180,8 @@ def test_a_chat_with_no_script_left_says_so_and_finishes(scripted_chat):
     assert "no more replies" in chat.entries.last().text
 
 
-def test_a_reply_that_fails_leaves_the_chat_idle_with_the_reason(scripted_chat):
-    chat = scripted_chat([{"fail": "The model went away."}])
+def test_a_reply_that_fails_leaves_the_chat_idle_with_the_reason(agent):
+    chat = ChatFactory(reply=[{"fail": "The model went away."}])
 
     turn = play(chat)
 
@@ -191,9 +192,9 @@ def test_a_reply_that_fails_leaves_the_chat_idle_with_the_reason(scripted_chat):
 
 
 def test_events_go_out_after_commit_with_increasing_numbers(
-    scripted_chat, published, django_capture_on_commit_callbacks
+    agent, published, django_capture_on_commit_callbacks
 ):
-    chat = scripted_chat([tool("list_files"), say("Looked.")])
+    chat = ChatFactory(reply=[tool("list_files"), say("Looked.")])
     published.clear()
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
@@ -210,8 +211,8 @@ def test_events_go_out_after_commit_with_increasing_numbers(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_event_from_a_write_that_rolled_back_never_goes_out(scripted_chat, published):
-    chat = scripted_chat([say("Hi.")])
+def test_an_event_from_a_write_that_rolled_back_never_goes_out(agent, published):
+    chat = ChatFactory(reply=[say("Hi.")])
     published.clear()
 
     with pytest.raises(RuntimeError), transaction.atomic():
@@ -233,11 +234,15 @@ def test_an_event_from_a_write_that_rolled_back_never_goes_out(scripted_chat, pu
 
 
 def test_stopping_a_running_reply_ends_it_stopped_and_the_runner_does_nothing_more(
-    scripted_chat, workspace, published, django_capture_on_commit_callbacks
+    agent, workspace, published, django_capture_on_commit_callbacks
 ):
     (workspace / "a.txt").write_text("a\n")
-    chat = scripted_chat(
-        [tool("read_file", path="a.txt"), tool("write_file", path="b.txt", content="b"), say("x")]
+    chat = ChatFactory(
+        reply=[
+            tool("read_file", path="a.txt"),
+            tool("write_file", path="b.txt", content="b"),
+            say("x"),
+        ]
     )
     turn = message_send(conversation=chat, text="go")
     assert turn_claim(worker="runner-1", limit=1) == [turn.pk]
@@ -267,8 +272,8 @@ def test_stopping_a_running_reply_ends_it_stopped_and_the_runner_does_nothing_mo
     assert chat.entries.filter(role=EntryRole.ASSISTANT).count() == 0
 
 
-def test_stopping_a_chat_with_nothing_running_does_nothing(scripted_chat):
-    chat = scripted_chat([say("Hi.")])
+def test_stopping_a_chat_with_nothing_running_does_nothing(agent):
+    chat = ChatFactory(reply=[say("Hi.")])
     play(chat)
 
     assert conversation_stop(conversation=chat) is None
@@ -303,10 +308,10 @@ def stop_midway(workspace):
 
 
 def test_a_step_running_when_the_chat_is_stopped_is_recorded_and_nothing_runs_after_it(
-    scripted_chat, workspace, stop_midway
+    agent, workspace, stop_midway
 ):
-    chat = scripted_chat(
-        [tool("stop_midway"), tool("write_file", path="after.txt", content="no"), say("x")]
+    chat = ChatFactory(
+        reply=[tool("stop_midway"), tool("write_file", path="after.txt", content="no"), say("x")]
     )
 
     turn = play(chat)
@@ -334,10 +339,10 @@ def test_a_step_running_when_the_chat_is_stopped_is_recorded_and_nothing_runs_af
     ids=WRITE_TOOLS,
 )
 def test_in_ask_mode_a_write_waits_for_the_persons_ok_and_changes_nothing_yet(
-    scripted_chat, workspace, published, django_capture_on_commit_callbacks, call, untouched
+    agent, workspace, published, django_capture_on_commit_callbacks, call, untouched
 ):
     (workspace / "a.txt").write_text("hello\n")
-    chat = scripted_chat([call, say("Done.")], mode=Mode.ASK)
+    chat = ChatFactory(reply=[call, say("Done.")], mode=Mode.ASK)
 
     with django_capture_on_commit_callbacks(execute=True):
         turn = play(chat)
@@ -353,9 +358,9 @@ def test_in_ask_mode_a_write_waits_for_the_persons_ok_and_changes_nothing_yet(
     assert status_events(published, chat)[-1].data["asks"] == call["tool"]
 
 
-def test_in_ask_mode_reading_goes_ahead_without_asking(scripted_chat, workspace):
+def test_in_ask_mode_reading_goes_ahead_without_asking(agent, workspace):
     (workspace / "a.txt").write_text("hello\n")
-    chat = scripted_chat([tool("read_file", path="a.txt"), say("Read it.")], mode=Mode.ASK)
+    chat = ChatFactory(reply=[tool("read_file", path="a.txt"), say("Read it.")], mode=Mode.ASK)
 
     turn = play(chat)
 
@@ -363,10 +368,11 @@ def test_in_ask_mode_reading_goes_ahead_without_asking(scripted_chat, workspace)
     assert turn.steps.get().result == "hello\n"
 
 
-def test_approving_runs_the_waiting_write_and_the_reply_carries_on(scripted_chat, workspace):
+def test_approving_runs_the_waiting_write_and_the_reply_carries_on(agent, workspace):
     (workspace / "a.txt").write_text("hello\n")
-    chat = scripted_chat(
-        [tool("edit_file", path="a.txt", old="hello", new="bye"), say("Edited.")], mode=Mode.ASK
+    chat = ChatFactory(
+        reply=[tool("edit_file", path="a.txt", old="hello", new="bye"), say("Edited.")],
+        mode=Mode.ASK,
     )
     turn = play(chat)
 
@@ -388,10 +394,11 @@ def test_approving_runs_the_waiting_write_and_the_reply_carries_on(scripted_chat
     assert chat.status == Status.IDLE
 
 
-def test_denying_records_a_refused_step_and_leaves_the_file_alone(scripted_chat, workspace):
+def test_denying_records_a_refused_step_and_leaves_the_file_alone(agent, workspace):
     (workspace / "a.txt").write_text("hello\n")
-    chat = scripted_chat(
-        [tool("edit_file", path="a.txt", old="hello", new="bye"), say("Left it.")], mode=Mode.ASK
+    chat = ChatFactory(
+        reply=[tool("edit_file", path="a.txt", old="hello", new="bye"), say("Left it.")],
+        mode=Mode.ASK,
     )
     turn = play(chat)
 
@@ -408,8 +415,8 @@ def test_denying_records_a_refused_step_and_leaves_the_file_alone(scripted_chat,
     assert chat.entries.last().text == "Left it."
 
 
-def test_approving_a_reply_that_is_not_waiting_is_refused(scripted_chat, workspace):
-    chat = scripted_chat([tool("list_files"), say("Looked.")], mode=Mode.ASK)
+def test_approving_a_reply_that_is_not_waiting_is_refused(agent, workspace):
+    chat = ChatFactory(reply=[tool("list_files"), say("Looked.")], mode=Mode.ASK)
     running = message_send(conversation=chat, text="go")
 
     with pytest.raises(ConchError, match=ERR_NOTHING_TO_APPROVE):
@@ -424,8 +431,8 @@ def test_approving_a_reply_that_is_not_waiting_is_refused(scripted_chat, workspa
         turn_approve(turn=running)
 
 
-def test_a_stopped_request_cannot_be_approved_afterwards(scripted_chat, workspace):
-    chat = scripted_chat([tool("write_file", path="a.txt", content="x")], mode=Mode.ASK)
+def test_a_stopped_request_cannot_be_approved_afterwards(agent, workspace):
+    chat = ChatFactory(reply=[tool("write_file", path="a.txt", content="x")], mode=Mode.ASK)
     turn = play(chat)
     conversation_stop(conversation=chat)
 
@@ -436,9 +443,9 @@ def test_a_stopped_request_cannot_be_approved_afterwards(scripted_chat, workspac
     assert not (workspace / "a.txt").exists()
 
 
-def test_plan_mode_offers_no_write_tools(scripted_chat):
-    planning = scripted_chat(mode=Mode.PLAN)
-    auto = scripted_chat(mode=Mode.AUTO)
+def test_plan_mode_offers_no_write_tools(agent):
+    planning = ChatFactory(mode=Mode.PLAN)
+    auto = ChatFactory(mode=Mode.AUTO)
 
     offered = {t.name for t in tools_offered(planning)}
 
@@ -457,9 +464,9 @@ def test_plan_mode_offers_no_write_tools(scripted_chat):
     ],
     ids=WRITE_TOOLS,
 )
-def test_a_write_in_plan_mode_is_refused_and_nothing_is_written(scripted_chat, workspace, call):
+def test_a_write_in_plan_mode_is_refused_and_nothing_is_written(agent, workspace, call):
     (workspace / "a.txt").write_text("hello\n")
-    chat = scripted_chat([call, say("Planned.")], mode=Mode.PLAN)
+    chat = ChatFactory(reply=[call, say("Planned.")], mode=Mode.PLAN)
 
     turn = play(chat)
 
@@ -477,8 +484,8 @@ def test_a_write_in_plan_mode_is_refused_and_nothing_is_written(scripted_chat, w
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_message_during_a_reply_is_queued_and_starts_the_next_reply(scripted_chat):
-    chat = scripted_chat([say("First answer.")], [say("Second answer.")])
+def test_a_message_during_a_reply_is_queued_and_starts_the_next_reply(agent):
+    chat = ChatFactory(script=[[say("First answer.")], [say("Second answer.")]])
     first = message_send(conversation=chat, text="first")
 
     queued = message_send(conversation=chat, text="second")
@@ -503,8 +510,8 @@ def test_a_message_during_a_reply_is_queued_and_starts_the_next_reply(scripted_c
 
 
 @pytest.mark.django_db(transaction=True)
-def test_several_messages_queued_during_a_reply_start_one_reply_in_the_order_sent(scripted_chat):
-    chat = scripted_chat([say("One.")], [say("Two.")])
+def test_several_messages_queued_during_a_reply_start_one_reply_in_the_order_sent(agent):
+    chat = ChatFactory(script=[[say("One.")], [say("Two.")]])
     message_send(conversation=chat, text="first")
     message_send(conversation=chat, text="second")
     message_send(conversation=chat, text="third")
@@ -518,9 +525,9 @@ def test_several_messages_queued_during_a_reply_start_one_reply_in_the_order_sen
 
 @pytest.mark.django_db(transaction=True)
 def test_a_message_queued_before_a_stop_is_kept_and_taken_by_the_persons_next_message(
-    scripted_chat,
+    agent,
 ):
-    chat = scripted_chat([tool("list_files"), say("One.")], [say("Two.")])
+    chat = ChatFactory(script=[[tool("list_files"), say("One.")], [say("Two.")]])
     message_send(conversation=chat, text="first")
     queued = message_send(conversation=chat, text="also this")
 
@@ -544,9 +551,9 @@ def test_a_message_queued_before_a_stop_is_kept_and_taken_by_the_persons_next_me
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_message_while_a_write_waits_for_the_persons_ok_is_queued(scripted_chat, workspace):
-    chat = scripted_chat(
-        [tool("write_file", path="a.txt", content="x")], [say("Next.")], mode=Mode.ASK
+def test_a_message_while_a_write_waits_for_the_persons_ok_is_queued(agent, workspace):
+    chat = ChatFactory(
+        script=[[tool("write_file", path="a.txt", content="x")], [say("Next.")]], mode=Mode.ASK
     )
     turn = play(chat)
 
@@ -563,8 +570,8 @@ def test_a_message_while_a_write_waits_for_the_persons_ok_is_queued(scripted_cha
 # A question to the person
 
 
-def test_a_question_ends_the_reply_needing_you_and_the_answer_starts_the_next(scripted_chat):
-    chat = scripted_chat([{"ask": "Which file should I fix?"}], [say("Fixing a.txt.")])
+def test_a_question_ends_the_reply_needing_you_and_the_answer_starts_the_next(agent):
+    chat = ChatFactory(script=[[{"ask": "Which file should I fix?"}], [say("Fixing a.txt.")]])
 
     asked = play(chat)
 
@@ -596,8 +603,8 @@ def test_a_question_ends_the_reply_needing_you_and_the_answer_starts_the_next(sc
 # Tasks
 
 
-def test_a_task_runs_as_a_chat_of_its_own_on_the_subagent_lane(scripted_chat):
-    parent = scripted_chat([say("Started a task.")])
+def test_a_task_runs_as_a_chat_of_its_own_on_the_subagent_lane(agent):
+    parent = ChatFactory(reply=[say("Started a task.")])
     play(parent)
 
     task = task_start(
@@ -615,8 +622,8 @@ def test_a_task_runs_as_a_chat_of_its_own_on_the_subagent_lane(scripted_chat):
     assert (prompt.role, prompt.text) == (EntryRole.CONCH, "Find the error.")
 
 
-def test_a_done_tasks_result_is_its_last_assistant_message(scripted_chat):
-    parent = scripted_chat()
+def test_a_done_tasks_result_is_its_last_assistant_message(agent):
+    parent = ChatFactory()
     task = task_start(
         parent=parent,
         title="Count",
@@ -631,8 +638,8 @@ def test_a_done_tasks_result_is_its_last_assistant_message(scripted_chat):
     assert task.ended_at is not None
 
 
-def test_a_task_in_a_planning_chat_asks_before_it_writes(scripted_chat):
-    parent = scripted_chat(mode=Mode.PLAN)
+def test_a_task_in_a_planning_chat_asks_before_it_writes(agent):
+    parent = ChatFactory(mode=Mode.PLAN)
 
     task = task_start(parent=parent, title="Try", script=[[say("ok")]])
 
@@ -641,10 +648,10 @@ def test_a_task_in_a_planning_chat_asks_before_it_writes(scripted_chat):
 
 @pytest.mark.django_db(transaction=True)
 def test_with_one_subagent_slot_a_second_task_waits_for_room_and_starts_when_the_first_is_done(
-    scripted_chat, settings
+    agent, settings
 ):
     settings.CONCH_SUBAGENT_LANE = 1
-    parent = scripted_chat()
+    parent = ChatFactory()
     first = task_start(parent=parent, title="First", script=[[say("First done.")]])
 
     second = task_start(parent=parent, title="Second", script=[[say("Second done.")]])
@@ -671,9 +678,9 @@ def test_with_one_subagent_slot_a_second_task_waits_for_room_and_starts_when_the
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_task_whose_chat_is_busy_does_not_hold_up_the_other_tasks(scripted_chat, settings):
+def test_a_task_whose_chat_is_busy_does_not_hold_up_the_other_tasks(agent, settings):
     settings.CONCH_SUBAGENT_LANE = 1
-    parent = scripted_chat()
+    parent = ChatFactory()
     first = task_start(parent=parent, title="First", script=[[say("1")]])
     second = task_start(parent=parent, title="Second", script=[[say("hi")], [say("2")]])
     third = task_start(parent=parent, title="Third", script=[[say("3")]])
@@ -703,7 +710,7 @@ def test_the_snapshot_reads_a_thousand_chats_in_at_most_two_queries(
         Conversation(owner=owner, agent=agent, title=f"Chat {n}", folder=f"/work/{n}")
         for n in range(1000)
     )
-    Conversation.objects.create(owner=second_owner, agent=agent, title="Not yours", folder="/x")
+    ConversationFactory(owner=second_owner, agent=agent, title="Not yours", folder="/x")
     busy = chats[::100]
     Turn.objects.bulk_create(
         Turn(
@@ -732,11 +739,9 @@ def test_the_snapshot_reads_a_thousand_chats_in_at_most_two_queries(
     assert sample.reply.files_changed == (f"{busy[3].folder}/a.py", f"{busy[3].folder}/b.py")
 
 
-def test_the_snapshot_shows_the_running_replys_folder_family_and_files(
-    scripted_chat, workspace, owner
-):
-    chat = scripted_chat([tool("write_file", path="a.txt", content="a"), tool("list_files")])
-    idle = scripted_chat(title="Idle")
+def test_the_snapshot_shows_the_running_replys_folder_family_and_files(agent, workspace, owner):
+    chat = ChatFactory(reply=[tool("write_file", path="a.txt", content="a"), tool("list_files")])
+    idle = ChatFactory(title="Idle")
     turn = message_send(conversation=chat, text="go")
     turn_claim(worker="w", limit=1)
     turn_advance(turn_id=turn.pk, worker="w")
@@ -754,8 +759,8 @@ def test_the_snapshot_shows_the_running_replys_folder_family_and_files(
     assert every[idle.pk].reply is None
 
 
-def test_the_snapshot_never_shows_another_owners_chats(scripted_chat, second_owner, owner):
-    scripted_chat([say("hi")])
+def test_the_snapshot_never_shows_another_owners_chats(agent, second_owner, owner):
+    ChatFactory(reply=[say("hi")])
     message_send(conversation=Conversation.objects.get(), text="go")
     stranger = get_user_model().objects.get(pk=second_owner.pk)
 
@@ -764,8 +769,8 @@ def test_the_snapshot_never_shows_another_owners_chats(scripted_chat, second_own
     assert len(chats_snapshot(owner_id=owner.pk, working=True)) == 1
 
 
-def test_steps_and_entries_of_a_reply_belong_to_it(scripted_chat):
-    chat = scripted_chat([tool("list_files"), say("a")], [tool("list_files"), say("b")])
+def test_steps_and_entries_of_a_reply_belong_to_it(agent):
+    chat = ChatFactory(script=[[tool("list_files"), say("a")], [tool("list_files"), say("b")]])
     one = play(chat, "one")
     two = play(chat, "two")
 
@@ -774,12 +779,12 @@ def test_steps_and_entries_of_a_reply_belong_to_it(scripted_chat):
     assert [e.text for e in Entry.objects.filter(turn=two)] == ["two", "b"]
 
 
-def test_a_steps_stored_arguments_have_keys_and_passwords_taken_out(scripted_chat):
+def test_a_steps_stored_arguments_have_keys_and_passwords_taken_out(agent):
     from chats.models import Step
     from chats.runtime.runner import drain
 
-    chat = scripted_chat(
-        [
+    chat = ChatFactory(
+        reply=[
             {
                 "tool": "write_file",
                 "args": {

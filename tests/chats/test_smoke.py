@@ -1,12 +1,12 @@
 from chats.models import Status, TurnState
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
+from tests.factories import ChatFactory
 
 
 def test_a_scripted_reply_edits_a_file(owner, agent, workspace):
     (workspace / "a.txt").write_text("hello\n")
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Fix",
         folder=str(workspace),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from chats.models import Step, TaskState, Turn
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 from chats.runtime.stepping import system_text_for, turn_advance
 from chats.runtime.turns import message_send, task_start
+from tests.factories import ChatFactory
 
 
 def _status(chat):
@@ -19,9 +19,11 @@ def _status(chat):
 
 def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, settings):
     settings.CONCH_SUBAGENT_LANE = 1
-    other = conversation_create(owner=owner, title="Other", folder=str(workspace))
-    task_start(parent=other, title="Someone else's", script=[[{"tool": "list_files", "args": {}}]])
-    chat = conversation_create(
+    other = ChatFactory(owner=owner, title="Other", folder=str(workspace))
+    task_start(
+        parent=other, title="Someone else's", script=[[{"tool": "list_files", "args": {}}]]
+    )
+    chat = ChatFactory(
         owner=owner,
         title="Mine",
         folder=str(workspace),
@@ -52,7 +54,7 @@ def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, setting
 
 
 def test_the_tasks_prompt_says_to_wait_for_a_task_instead_of_checking(owner, agent, workspace):
-    chat = conversation_create(owner=owner, title="Mine", folder=str(workspace))
+    chat = ChatFactory(owner=owner, title="Mine", folder=str(workspace))
     text = system_text_for(chat)
     assert "To carry on once a task is done, wait for it" in text
     from chats.tools.registry import get_tool
@@ -64,7 +66,7 @@ def test_the_tasks_prompt_says_to_wait_for_a_task_instead_of_checking(owner, age
 
 
 def test_a_bad_task_script_is_a_clear_tool_error(owner, agent, workspace):
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Mine",
         folder=str(workspace),

@@ -26,7 +26,7 @@ from chats.tools.registry import (
 )
 from chats.tools.workspace import confine
 from tests.commands import PYTHON
-from tests.factories import ConversationFactory, TurnFactory
+from tests.factories import ChatFactory, ConversationFactory, TurnFactory
 
 PATH_TOOLS = {
     "read_file": {},
@@ -134,10 +134,10 @@ def test_a_path_with_a_nul_or_an_unnameable_character_is_refused_clearly(ctx):
 
 
 def test_an_escape_through_a_scripted_reply_is_a_refused_step_and_the_reply_carries_on(
-    scripted_chat, workspace, outside
+    agent, workspace, outside
 ):
-    chat = scripted_chat(
-        [
+    chat = ChatFactory(
+        reply=[
             {"tool": "write_file", "args": {"path": "../outside/secret.txt", "content": "x"}},
             {"say": "Could not."},
         ]
@@ -219,11 +219,14 @@ def test_a_command_cannot_ask_for_more_time_than_the_setting_allows(ctx, setting
 
 
 def test_a_command_that_times_out_in_a_reply_is_a_clear_step_error_and_the_reply_carries_on(
-    scripted_chat, settings
+    agent, settings
 ):
     settings.CONCH_COMMAND_TIMEOUT = 0.5
-    chat = scripted_chat(
-        [{"tool": "run_command", "args": {"command": "sleep 5"}}, {"say": "It took too long."}]
+    chat = ChatFactory(
+        reply=[
+            {"tool": "run_command", "args": {"command": "sleep 5"}},
+            {"say": "It took too long."},
+        ]
     )
 
     turn = play(chat)
@@ -286,9 +289,9 @@ def test_bad_arguments_get_a_clear_error_naming_the_argument(name, args, message
     assert message in str(refused.value)
 
 
-def test_bad_arguments_in_a_reply_are_a_refused_step_and_nothing_runs(scripted_chat, workspace):
-    chat = scripted_chat(
-        [
+def test_bad_arguments_in_a_reply_are_a_refused_step_and_nothing_runs(agent, workspace):
+    chat = ChatFactory(
+        reply=[
             {"tool": "write_file", "args": {"path": "a.txt"}},
             {"tool": "run_command", "args": {"command": "touch ran.txt", "shell": "bash"}},
             {"tool": "read_file", "args": {"path": 7}},
@@ -308,8 +311,8 @@ def test_bad_arguments_in_a_reply_are_a_refused_step_and_nothing_runs(scripted_c
     assert turn.state == TurnState.COMPLETED
 
 
-def test_an_unknown_tool_in_a_reply_is_a_refused_step(scripted_chat):
-    chat = scripted_chat([{"tool": "x", "args": {}}, {"say": "Oh."}])
+def test_an_unknown_tool_in_a_reply_is_a_refused_step(agent):
+    chat = ChatFactory(reply=[{"tool": "x", "args": {}}, {"say": "Oh."}])
 
     turn = play(chat)
 

@@ -6,7 +6,6 @@ import pytest
 
 from chats.engines import openai_compat
 from chats.models import AuthProfile
-from chats.runtime.chats import conversation_create
 from tests.engines.fake_openai import FakeOpenAI
 from tests.factories import AgentFactory
 
@@ -61,13 +60,3 @@ def model_agent(agent, fake):
     use_model(other, fake.base_url, profile="other-key", secret=OTHER_KEY)
     coder = AgentFactory(slug="coder", name="Coder", workspace=agent.workspace)
     return use_model(coder, fake.base_url)
-
-
-@pytest.fixture
-def model_chat(owner, model_agent, workspace):
-    def make(title="Fix the README", **kwargs):
-        return conversation_create(
-            owner=owner, title=title, folder=str(workspace), agent=model_agent, **kwargs
-        )
-
-    return make

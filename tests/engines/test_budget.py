@@ -6,13 +6,13 @@ import pytest
 
 from chats.engines import openai_compat as oc
 from chats.models import Conversation, TurnState
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 from chats.runtime.stepping import system_text_for
 from chats.runtime.turns import message_send
 from chats.summarize import SummaryLine, summarize
 from tests.engines.conftest import use_model
 from tests.engines.fake_openai import Status, Text
+from tests.factories import ChatFactory
 
 DETAIL = "detail " * 170  # about 300 tokens a question
 
@@ -25,7 +25,7 @@ def question(n: int) -> str:
 def long_chat(owner, agent, model_agent, fake, workspace):
     """Ten replies played by a script, then the chat handed to the model persona,
     whose context (4000 tokens) holds only the last few of them."""
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Long",
         folder=str(workspace),

@@ -8,22 +8,22 @@ import pytest
 
 from chats import events
 from chats.models import Entry, EntryRole, Status, Step, TurnState
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 from chats.runtime.turns import conversation_stop, message_send
 from chats.tools.registry import tools_offered
 from tests.engines.conftest import MAIN_KEY, OTHER_KEY
 from tests.engines.fake_openai import Text, calls
+from tests.factories import ChatFactory
 
 
-def test_a_reply_calls_list_chats_then_edit_file_then_answers(model_chat, fake, workspace):
+def test_a_reply_calls_list_chats_then_edit_file_then_answers(model_agent, fake, workspace):
     (workspace / "README.md").write_text("Hello wrold\n")
     fake.play(
         calls(("list_chats", {})),
         calls(("edit_file", {"path": "README.md", "old": "wrold", "new": "world"})),
         Text("Fixed the typo in README.md."),
     )
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = message_send(conversation=chat, text="Fix the typo in the README")
     drain()
 
@@ -63,13 +63,13 @@ def test_a_reply_calls_list_chats_then_edit_file_then_answers(model_chat, fake, 
     assert second.messages[: len(first.messages)] == first.messages
 
 
-def test_words_before_a_tool_call_are_said_then_the_call_is_played(model_chat, fake, workspace):
+def test_words_before_a_tool_call_are_said_then_the_call_is_played(model_agent, fake, workspace):
     (workspace / "notes.txt").write_text("one\n")
     fake.play(
         calls(("read_file", {"path": "notes.txt"}), text="Let me read it first."),
         Text("It says one."),
     )
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = message_send(conversation=chat, text="What does notes.txt say?")
     drain()
 
@@ -81,14 +81,14 @@ def test_words_before_a_tool_call_are_said_then_the_call_is_played(model_chat, f
     assert call["tool_calls"][0]["function"]["name"] == "read_file"
 
 
-def test_several_calls_in_one_answer_are_played_in_order(model_chat, fake, workspace):
+def test_several_calls_in_one_answer_are_played_in_order(model_agent, fake, workspace):
     (workspace / "a.txt").write_text("a\n")
     (workspace / "b.txt").write_text("b\n")
     fake.play(
         calls(("read_file", {"path": "a.txt"}), ("read_file", {"path": "b.txt"})),
         Text("Both read."),
     )
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = message_send(conversation=chat, text="Read both")
     drain()
 
@@ -98,10 +98,10 @@ def test_several_calls_in_one_answer_are_played_in_order(model_chat, fake, works
     assert [r["content"].strip() for r in results] == ["a", "b"]
 
 
-def test_the_key_is_the_personas_own_sent_as_the_bearer_token(model_chat, fake, monkeypatch):
+def test_the_key_is_the_personas_own_sent_as_the_bearer_token(model_agent, fake, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment-000000")
     fake.play(Text("Hi."))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     message_send(conversation=chat, text="hello")
     drain()
 
@@ -119,7 +119,7 @@ def test_another_persona_on_the_same_endpoint_sends_its_own_key(
 
     other = Agent.objects.get(slug="other")
     fake.play(Text("Hi from the other persona."))
-    chat = conversation_create(owner=owner, title="Other", folder=str(workspace), agent=other)
+    chat = ChatFactory(owner=owner, title="Other", folder=str(workspace), agent=other)
     message_send(conversation=chat, text="hello")
     drain()
 
@@ -129,13 +129,15 @@ def test_another_persona_on_the_same_endpoint_sends_its_own_key(
 
 
 def test_a_persona_without_a_key_never_sends_one_from_the_environment(
-    model_chat, model_agent, fake, monkeypatch
+    model_agent, fake, monkeypatch
 ):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment-000000")
     model_agent.engine_config = {**model_agent.engine_config, "auth_profile": ""}
     model_agent.save()
     fake.play(Text("Hi."))
-    message_send(conversation=model_chat(), text="hello")
+    message_send(
+        conversation=ChatFactory(agent=model_agent, title="Fix the README"), text="hello"
+    )
     drain()
 
     [request] = fake.completions
@@ -143,9 +145,9 @@ def test_a_persona_without_a_key_never_sends_one_from_the_environment(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_words_stream_into_the_page_as_the_model_writes_them(model_chat, fake, published):
+def test_words_stream_into_the_page_as_the_model_writes_them(model_agent, fake, published):
     fake.play(Text("Hello <b>there</b>, friend", pieces=4))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     message_send(conversation=chat, text="hi")
     drain()
 
@@ -163,9 +165,9 @@ def test_words_stream_into_the_page_as_the_model_writes_them(model_chat, fake, p
 
 
 @pytest.mark.django_db(transaction=True)
-def test_stopping_a_reply_stops_the_model_mid_answer(model_chat, fake):
+def test_stopping_a_reply_stops_the_model_mid_answer(model_agent, fake):
     fake.play(Text("one two three four five six", pieces=6))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = message_send(conversation=chat, text="count")
     seen: list[str] = []
 

@@ -15,6 +15,7 @@ from chats.runtime.turns import message_send
 from tests.engines.conftest import MAIN_KEY, use_model
 from tests.engines.fake_openai import Cut, Drop, Text, calls, closed_port_url
 from tests.engines.fake_openai import Status as HttpStatus
+from tests.factories import ChatFactory
 
 
 def run(chat, text="Fix the typo"):
@@ -33,12 +34,10 @@ def assert_failed_and_kept(chat, turn, text="Fix the typo"):
     assert MAIN_KEY not in turn.end_reason
 
 
-def test_an_unreachable_endpoint_is_tried_again_with_backoff_then_said_plainly(
-    model_chat, model_agent, slept
-):
+def test_an_unreachable_endpoint_is_tried_again_with_backoff_then_said_plainly(model_agent, slept):
     url = closed_port_url()
     use_model(model_agent, url, retries=2)
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -48,9 +47,9 @@ def test_an_unreachable_endpoint_is_tried_again_with_backoff_then_said_plainly(
     assert slept == [1.0, 2.0]  # exponential backoff, bounded by the retries setting
 
 
-def test_a_bad_key_fails_at_once_naming_the_auth_profile(model_chat, fake, slept):
+def test_a_bad_key_fails_at_once_naming_the_auth_profile(model_agent, fake, slept):
     fake.play(HttpStatus(401, f"Incorrect API key provided: {MAIN_KEY}"))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -60,10 +59,10 @@ def test_a_bad_key_fails_at_once_naming_the_auth_profile(model_chat, fake, slept
     assert len(fake.completions) == 1 and slept == []  # a bad key is not tried again
 
 
-def test_a_key_the_endpoint_wants_but_the_persona_lacks_is_said(model_chat, model_agent, fake):
+def test_a_key_the_endpoint_wants_but_the_persona_lacks_is_said(model_agent, fake):
     use_model(model_agent, fake.base_url, auth_profile="")
     fake.play(HttpStatus(401, "Missing bearer token"))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -71,13 +70,13 @@ def test_a_key_the_endpoint_wants_but_the_persona_lacks_is_said(model_chat, mode
     assert "sends none" in turn.end_reason
 
 
-def test_a_rate_limit_is_waited_out_honouring_retry_after(model_chat, fake, slept):
+def test_a_rate_limit_is_waited_out_honouring_retry_after(model_agent, fake, slept):
     fake.play(
         HttpStatus(429, "Rate limit reached", headers={"Retry-After": "3"}),
         HttpStatus(429, "Rate limit reached"),
         Text("Done."),
     )
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert turn.state == TurnState.COMPLETED
@@ -89,10 +88,10 @@ def test_a_rate_limit_is_waited_out_honouring_retry_after(model_chat, fake, slep
 
 
 def test_a_rate_limit_that_lasts_ends_the_reply_after_a_bounded_number_of_tries(
-    model_chat, fake, slept
+    model_agent, fake, slept
 ):
     fake.play(*[HttpStatus(429, "Rate limit reached")] * 3)
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -101,9 +100,9 @@ def test_a_rate_limit_that_lasts_ends_the_reply_after_a_bounded_number_of_tries(
     assert fake.unplayed == 0
 
 
-def test_an_exhausted_quota_is_not_waited_for(model_chat, fake, slept):
+def test_an_exhausted_quota_is_not_waited_for(model_agent, fake, slept):
     fake.play(HttpStatus(429, "You exceeded your current quota", error_code="insufficient_quota"))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -122,10 +121,10 @@ def test_an_exhausted_quota_is_not_waited_for(model_chat, fake, slept):
     ids=["dropped", "cut-mid-answer", "500", "503"],
 )
 def test_a_transient_failure_is_tried_again_and_the_reply_carries_on(
-    model_chat, fake, slept, hiccup
+    model_agent, fake, slept, hiccup
 ):
     fake.play(hiccup, Text("All done."))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert turn.state == TurnState.COMPLETED
@@ -135,10 +134,10 @@ def test_a_transient_failure_is_tried_again_and_the_reply_carries_on(
     assert len(fake.completions) == 2 and slept == [1.0]
 
 
-def test_a_tool_call_with_arguments_that_are_not_json_fails_the_reply(model_chat, fake, workspace):
+def test_a_tool_call_with_arguments_that_are_not_json_fails_the_reply(model_agent, fake, workspace):
     (workspace / "a.txt").write_text("a\n")
     fake.play(calls(("edit_file", '{"path": "a.txt", "old": "a", "new": ')))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -149,18 +148,18 @@ def test_a_tool_call_with_arguments_that_are_not_json_fails_the_reply(model_chat
     assert (workspace / "a.txt").read_text() == "a\n"
 
 
-def test_a_tool_call_whose_arguments_are_not_an_object_fails_the_reply(model_chat, fake):
+def test_a_tool_call_whose_arguments_are_not_an_object_fails_the_reply(model_agent, fake):
     fake.play(calls(("list_files", '["not", "an", "object"]')))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
     assert "aren't a JSON object" in turn.end_reason
 
 
-def test_a_call_to_a_tool_the_chat_is_not_offered_fails_the_reply(model_chat, fake, workspace):
+def test_a_call_to_a_tool_the_chat_is_not_offered_fails_the_reply(model_agent, fake, workspace):
     fake.play(calls(("delete_everything", {"path": "/"})))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -168,9 +167,9 @@ def test_a_call_to_a_tool_the_chat_is_not_offered_fails_the_reply(model_chat, fa
     assert not Step.objects.filter(turn=turn).exists()
 
 
-def test_a_write_tool_in_plan_mode_is_a_tool_the_chat_is_not_offered(model_chat, fake, workspace):
+def test_a_write_tool_in_plan_mode_is_a_tool_the_chat_is_not_offered(model_agent, fake, workspace):
     fake.play(calls(("write_file", {"path": "new.txt", "content": "x"})))
-    chat = model_chat(mode="plan")
+    chat = ChatFactory(agent=model_agent, mode="plan", title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -178,9 +177,9 @@ def test_a_write_tool_in_plan_mode_is_a_tool_the_chat_is_not_offered(model_chat,
     assert not (workspace / "new.txt").exists()
 
 
-def test_words_before_a_malformed_call_are_kept_and_then_the_reply_fails(model_chat, fake):
+def test_words_before_a_malformed_call_are_kept_and_then_the_reply_fails(model_agent, fake):
     fake.play(calls(("list_files", "{oops"), text="Let me look around."))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert turn.state == TurnState.FAILED
@@ -188,9 +187,9 @@ def test_words_before_a_malformed_call_are_kept_and_then_the_reply_fails(model_c
     assert list(said) == ["Let me look around."]
 
 
-def test_a_transcript_that_cannot_fit_fails_before_anything_is_sent(model_chat, model_agent, fake):
+def test_a_transcript_that_cannot_fit_fails_before_anything_is_sent(model_agent, fake):
     use_model(model_agent, fake.base_url, context_tokens=4_000)
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     long_words = "word " * 8_000
     turn = run(chat, text=long_words.strip())
 
@@ -201,7 +200,7 @@ def test_a_transcript_that_cannot_fit_fails_before_anything_is_sent(model_chat, 
     assert chat.entries.get(role=EntryRole.PERSON).text == long_words.strip()
 
 
-def test_a_context_overflow_the_server_reports_is_said_plainly(model_chat, fake, slept):
+def test_a_context_overflow_the_server_reports_is_said_plainly(model_agent, fake, slept):
     fake.play(
         HttpStatus(
             400,
@@ -209,7 +208,7 @@ def test_a_context_overflow_the_server_reports_is_said_plainly(model_chat, fake,
             error_code="context_length_exceeded",
         )
     )
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -220,9 +219,9 @@ def test_a_context_overflow_the_server_reports_is_said_plainly(model_chat, fake,
     assert slept == []
 
 
-def test_an_unknown_model_names_what_to_check(model_chat, fake):
+def test_an_unknown_model_names_what_to_check(model_agent, fake):
     fake.play(HttpStatus(404, "model 'fake-model' not found, try pulling it first"))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert_failed_and_kept(chat, turn)
@@ -230,20 +229,20 @@ def test_an_unknown_model_names_what_to_check(model_chat, fake):
     assert "model name “fake-model”" in turn.end_reason
 
 
-def test_a_persona_with_no_endpoint_set_says_which_settings_are_missing(model_chat, model_agent):
+def test_a_persona_with_no_endpoint_set_says_which_settings_are_missing(model_agent):
     model_agent.engine_config = {"model": "x"}
     model_agent.save()
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert turn.state == TurnState.FAILED
     assert turn.end_reason == oc.ERR_NOT_SET_UP.format(agent="coder", missing="base_url")
 
 
-def test_an_auth_profile_of_another_persona_is_never_used(model_chat, model_agent, fake):
+def test_an_auth_profile_of_another_persona_is_never_used(model_agent, fake):
     # "other-key" belongs to the other persona: naming it here finds nothing.
     use_model(model_agent, fake.base_url, profile="main-key", auth_profile="other-key")
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     turn = run(chat)
 
     assert turn.state == TurnState.FAILED

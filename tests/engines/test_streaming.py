@@ -8,14 +8,15 @@ from chats import events, regions
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
 from tests.engines.fake_openai import Text
+from tests.factories import ChatFactory
 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_tab_showing_the_chat_gets_the_live_words_in_the_running_reply_escaped(
-    model_chat, fake, published
+    model_agent, fake, published
 ):
     fake.play(Text("Hello <b>there</b>, friend", pieces=4))
-    chat = model_chat()
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     message_send(conversation=chat, text="hi")
     drain()
     live = [e for e in published if e.type == events.REPLY_TEXT]
@@ -42,8 +43,8 @@ def test_the_tab_showing_the_chat_gets_the_live_words_in_the_running_reply_escap
     assert "chat-row" not in elsewhere and "transcript" not in elsewhere
 
 
-def test_a_running_reply_has_an_empty_slot_its_live_words_go_into(model_chat):
-    chat = model_chat()
+def test_a_running_reply_has_an_empty_slot_its_live_words_go_into(model_agent):
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
     message_send(conversation=chat, text="hi")  # not run yet: it is running
     page = regions.render_region("transcript", regions.chat_context(conversation=chat))
     slot = page.split('id="reply-1-text"', 1)[1].split(">", 1)[0]

@@ -20,9 +20,8 @@ from chats.gateway.models import (
 )
 from chats.gateway.outbox import outbox_enqueue
 from chats.models import Agent, Conversation
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
-from tests.factories import agent_admin_form
+from tests.factories import ChatFactory, agent_admin_form
 
 
 @pytest.fixture
@@ -96,7 +95,7 @@ def test_a_bot_token_never_shows_in_the_admin(admin_client, populated):
 
 
 def test_the_sessions_list_shows_gateway_sessions_only(admin_client, owner, populated, workspace):
-    own = conversation_create(owner=owner, title="My own", folder=str(workspace))
+    own = ChatFactory(owner=owner, title="My own", folder=str(workspace))
     body = admin_client.get(reverse("admin:gateway_session_changelist")).content.decode()
     assert "agent:main:dm:telegram:alice" in body
     assert own.title not in body

@@ -11,10 +11,23 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from chats.gateway.inbound import (
+    ERR_ACCOUNT_STAR,
+    ERR_CHANNEL,
+    ERR_CHAT_TYPE,
+    ERR_GROUP_ID,
+    ERR_ID_TYPE,
+    ERR_MESSAGE_ID,
+    ERR_NO_WORDS,
+    ERR_NOT_AN_OBJECT,
     ERR_NUL,
+    ERR_REQUIRED,
+    ERR_ROLES,
+    ERR_ROLES_NEED_GUILD,
     ERR_SURROGATE,
+    ERR_TEXT,
     ERR_TOO_BIG,
     ERR_TOO_DEEP,
+    ERR_UNKNOWN_FIELD,
 )
 from chats.gateway.models import GatewayToken, InboundRecord, OwnerIdentity, SessionOrigin
 from chats.gateway.services import gateway_token_rotate
@@ -155,6 +168,18 @@ def test_the_same_message_id_on_another_account_or_channel_is_another_message(
         (body(member_roles=["mo\x07d"], guild_id="G"), "member_roles"),
         (body(account_id="*"), "account_id"),
         (body(surprise=1), "surprise"),
+        (body(surprise=1, another=2, text=None), "another"),  # unknown fields first, by name
+        (body(channel=""), "channel"),
+        (body(peer=True), "peer"),
+        (body(peer=1.5), "peer"),
+        (body(peer="x" * 129), "peer"),
+        (body(peer="al\x01ice"), "peer"),
+        (body(message_id="x" * 201), "message_id"),
+        (body(message_id="   "), "message_id"),
+        (body(member_roles=[True], guild_id="G"), "member_roles"),
+        (body(member_roles=["x" * 129], guild_id="G"), "member_roles"),
+        (body(member_roles=list(range(257)), guild_id="G"), "member_roles"),
+        (body(chat_type="thread", thread_id="t"), "parent_peer"),
     ],
 )
 def test_a_malformed_body_gets_a_400_naming_the_field(client, agent, gateway_token, data, field):
@@ -163,6 +188,45 @@ def test_a_malformed_body_gets_a_400_naming_the_field(client, agent, gateway_tok
     assert response.json()["field"] == field
     assert not Conversation.objects.exists()
     assert not InboundRecord.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("data", "answer"),
+    [
+        ([1, 2], {"field": "body", "error": ERR_NOT_AN_OBJECT}),
+        (body(surprise=1), {"field": "surprise", "error": ERR_UNKNOWN_FIELD}),
+        (body(channel="Tele gram!"), {"field": "channel", "error": ERR_CHANNEL}),
+        (body(chat_type="email"), {"field": "chat_type", "error": ERR_CHAT_TYPE}),
+        (body(chat_type=None), {"field": "chat_type", "error": ERR_REQUIRED}),
+        (body(peer=["alice"]), {"field": "peer", "error": ERR_ID_TYPE}),
+        (body(peer="x" * 129), {"field": "peer", "error": "is at most 128 characters."}),
+        (body(message_id=None), {"field": "message_id", "error": ERR_MESSAGE_ID}),
+        (body(text=7), {"field": "text", "error": ERR_TEXT}),
+        (body(text="   "), {"field": "text", "error": ERR_NO_WORDS}),
+        (body(text="x" * 40_000), {"field": "text", "error": "is at most 32000 characters."}),
+        (body(member_roles="mod", guild_id="G"), {"field": "member_roles", "error": ERR_ROLES}),
+        (body(member_roles=["m"]), {"field": "member_roles", "error": ERR_ROLES_NEED_GUILD}),
+        (body(chat_type="group"), {"field": "group_id", "error": ERR_GROUP_ID}),
+        (body(account_id="*"), {"field": "account_id", "error": ERR_ACCOUNT_STAR}),
+    ],
+)
+def test_a_400_says_what_is_wrong_in_the_gateways_own_words(
+    client, agent, gateway_token, data, answer
+):
+    response = post(client, data, token=gateway_token)
+    assert (response.status_code, response.json()) == (400, answer)
+
+
+def test_ids_may_be_whole_numbers_and_roles_are_kept_once_each(client, agent, gateway_token):
+    from chats.gateway.inbound import inbound_parse
+
+    message = inbound_parse(
+        body(peer=42, message_id=7, guild_id=9, member_roles=[" mod", "admin", 3, "mod", ""])
+    )
+    assert (message.peer, message.message_id, message.guild_id) == ("42", "7", "9")
+    assert message.member_roles == ("3", "admin", "mod")
+    assert message.account_id == "bot1"
+    assert inbound_parse(body(account_id=None)).account_id == "default"
 
 
 # ---------------------------------------------------------------------------

@@ -14,8 +14,8 @@ from chats.gateway.models import Binding, SessionOrigin
 from chats.gateway.selectors import gateway_config
 from chats.models import Agent, Conversation, Entry, EntryRole, Mode, Taint
 from chats.quoting import is_conch_note
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
+from tests.factories import ChatFactory
 
 
 def _ms(value):
@@ -75,7 +75,7 @@ def a_lived_in_gateway(owner, personas, receive, workspace):
     config.max_entries = 6
     config.save()
     maintenance_run()
-    conversation_create(owner=owner, title="My own chat", folder=str(workspace))
+    ChatFactory(owner=owner, title="My own chat", folder=str(workspace))
     assert Entry.objects.filter(kind="recap").exists()
     assert Conversation.objects.filter(archived=True).exists()
 

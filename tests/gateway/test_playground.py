@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import pytest
 from django.test import Client
 
-from chats.gateway.ladder import ERR_TIE
+from chats.gateway.ladder import ERR_CHANNEL, ERR_TIE
 from chats.gateway.models import Binding, DmScope
-from chats.gateway.playground import PALETTE, SESSION_KEY
+from chats.gateway.playground import ERR_AGENT, PALETTE, SESSION_KEY
 from chats.gateway.selectors import gateway_config
 from chats.limits import LIMITS
 
@@ -280,6 +280,91 @@ def test_a_malformed_binding_names_its_field(play):
     html = response.content.decode()
     assert re.search(r'id="pg-b-roles"[^>]*aria-invalid="true"', html)
     assert "Roles belong to a guild" in html
+
+
+@pytest.mark.parametrize(
+    ("agent", "channel", "fields", "field", "words"),
+    [
+        ("Work Team!", "slack", {}, "agent", ERR_AGENT),
+        ("work", "sl ack", {}, "channel", ERR_CHANNEL),
+        ("work", "", {}, "channel", ERR_CHANNEL),
+        ("work", "slack", {"peer": "x" * 129}, "peer", "is at most 128 characters."),
+        ("work", "slack", {"team_id": "a\x00b"}, "team-id", "Null characters are not allowed."),
+    ],
+)
+def test_a_binding_field_the_form_refuses_is_named_and_nothing_is_kept(
+    play, agent, channel, fields, field, words
+):
+    response = play.bind(agent, channel, **fields)
+
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert re.search(rf'id="pg-b-{field}"[^>]*aria-invalid="true"', html)
+    assert words in _unescape(html)
+    assert play.client.session[SESSION_KEY]["bindings"] == []
+
+
+def test_a_bindings_roles_are_typed_as_a_list_and_kept_once_each(play):
+    assert play.bind("Mods", " Discord ", guild_id="G", roles="mod, admin,mod,").status_code == 200
+
+    [binding] = play.client.session[SESSION_KEY]["bindings"]
+    assert (binding["agent"], binding["channel"], binding["roles"]) == (
+        "mods",
+        "discord",
+        ["admin", "mod"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"channel": "slack", "chat_type": "fax", "peer": "carol", "text": "hi"}, "chat-type"),
+        ({"channel": "slack", "chat_type": "dm", "peer": "carol", "text": "  "}, "text"),
+        ({"channel": "slack", "chat_type": "dm", "peer": "x" * 129, "text": "hi"}, "peer"),
+        ({"channel": "slack", "chat_type": "dm", "text": "hi"}, "peer"),
+        (
+            {
+                "channel": "slack",
+                "chat_type": "dm",
+                "peer": "c",
+                "member_roles": "mod",
+                "text": "hi",
+            },
+            "member-roles",
+        ),
+    ],
+)
+def test_a_message_of_your_own_is_refused_naming_its_field_and_nothing_is_fired(
+    play, fields, field
+):
+    response = play.post("fire/", fields)
+
+    assert response.status_code == 400
+    assert re.search(rf'id="pg-m-{field}"[^>]*aria-invalid="true"', response.content.decode())
+    assert play.client.session[SESSION_KEY]["log"] == []
+
+
+def test_a_message_of_your_own_fires_with_its_roles_and_a_fresh_id(play):
+    play.bind("mods", "discord", guild_id="G", roles="mod")
+    fields = {
+        "channel": "discord",
+        "chat_type": "group",
+        "peer": "erin",
+        "group_id": "general",
+        "guild_id": "G",
+        "member_roles": "mod, dj",
+        "text": "pin it",
+        "message_id": "ignored",
+    }
+
+    first = landed(play.post("fire/", fields).content.decode())
+    play.post("fire/", fields)
+
+    assert first.agent == "mods"
+    log = play.client.session[SESSION_KEY]["log"]
+    assert [entry["inbound"]["member_roles"] for entry in log] == [["dj", "mod"], ["dj", "mod"]]
+    ids = [entry["inbound"]["message_id"] for entry in log]
+    assert len(set(ids)) == 2 and all(i.startswith("play-") for i in ids)
 
 
 # ---------------------------------------------------------------------------

@@ -256,9 +256,19 @@ def test_bindings_that_can_never_meet_one_origin_both_save(personas, first, seco
 
 def test_editing_a_binding_does_not_tie_it_with_itself(personas):
     binding = Binding.objects.create(agent=personas["work"], channel="slack", peer="alice")
+    assert resolve_route(message(channel="slack", peer="alice")).agent.slug == "work"
+
     binding.agent = personas["home"]
-    binding.full_clean()
+    binding.full_clean()  # its own saved row is no rival
     binding.save()
+
+    assert list(Binding.objects.values_list("pk", "agent__slug")) == [(binding.pk, "home")]
+    route = resolve_route(message(channel="slack", peer="alice"))
+    assert (route.agent.slug, route.rule.binding_id, route.rule.tier) == (
+        "home",
+        binding.pk,
+        Tier.PEER,
+    )
 
 
 def test_roles_without_a_guild_are_refused(personas):

@@ -9,26 +9,19 @@ import pytest
 from django.conf import settings
 
 from chats.models import Entry, EntryKind, Turn
-from chats.runtime.chats import conversation_create
 from chats.runtime.stepping import turn_advance
 from chats.runtime.turns import message_send
 
 
 class Stage:
-    """Plays chats' scripted replies one action at a time, in the order a test says."""
+    """Plays chats' scripted replies one action at a time, in the order a test says.
+
+    The chats are made with ``tests.factories.ChatFactory``.
+    """
 
     def __init__(self, owner, folder):
         self.owner = owner
         self.folder = folder
-
-    def chat(self, title, script, *, folder=None, **kwargs):
-        return conversation_create(
-            owner=kwargs.pop("owner", self.owner),
-            title=title,
-            folder=str(folder or self.folder),
-            script=script,
-            **kwargs,
-        )
 
     def start(self, chat, text="go"):
         return message_send(conversation=chat, text=text)

@@ -10,6 +10,7 @@ from chats.models import Conversation, Entry, EntryKind, Origin, Status, Taint, 
 from chats.runtime.chats import conversation_archive
 from chats.runtime.turns import task_start
 from chats.tools.registry import tools_offered
+from tests.factories import ChatFactory
 from tests.together.conftest import edit, look, write
 from together.listing import CHATS_LISTED, list_chats
 from together.visibility import is_yours, offers_together
@@ -20,12 +21,12 @@ def names(look):
 
 
 def test_busy_chats_come_first_then_those_that_need_you_then_recent(stage):
-    me = stage.chat("Me", [])
-    idle = stage.chat("Idle recently", [])
-    needs = stage.chat("Needs you", [[{"ask": "Which branch?"}]])
+    me = ChatFactory(title="Me")
+    idle = ChatFactory(title="Idle recently")
+    needs = ChatFactory(title="Needs you", script=[[{"ask": "Which branch?"}]])
     stage.start(needs)
     stage.step(needs)
-    busy = stage.chat("Busy", [[write("a.py"), look()]])
+    busy = ChatFactory(title="Busy", script=[[write("a.py"), look()]])
     stage.start(busy)
     stage.step(busy)
     look_ = list_chats(conversation=me)
@@ -35,16 +36,16 @@ def test_busy_chats_come_first_then_those_that_need_you_then_recent(stage):
 
 
 def test_working_gives_only_the_busy_ones(stage):
-    me = stage.chat("Me", [])
-    stage.chat("Idle", [])
-    busy = stage.chat("Busy", [[look(), look()]])
+    me = ChatFactory(title="Me")
+    ChatFactory(title="Idle")
+    busy = ChatFactory(title="Busy", script=[[look(), look()]])
     stage.start(busy)
     assert names(list_chats(conversation=me, which="working")) == ["Busy"]
 
 
 def test_chats_idle_for_more_than_three_days_are_left_out(stage):
-    me = stage.chat("Me", [])
-    old = stage.chat("Old", [])
+    me = ChatFactory(title="Me")
+    old = ChatFactory(title="Old")
     Conversation.objects.filter(pk=old.pk).update(
         last_interaction_at=timezone.now() - timedelta(days=4)
     )
@@ -52,9 +53,9 @@ def test_chats_idle_for_more_than_three_days_are_left_out(stage):
 
 
 def test_twelve_at_most_but_every_busy_chat_is_counted(stage):
-    me = stage.chat("Me", [])
+    me = ChatFactory(title="Me")
     for n in range(15):
-        chat = stage.chat(f"Busy {n}", [[look(), look()]])
+        chat = ChatFactory(title=f"Busy {n}", script=[[look(), look()]])
         stage.start(chat)
     look_ = list_chats(conversation=me)
     assert len(look_.rows) == LIMITS.list_chats_rows
@@ -63,9 +64,9 @@ def test_twelve_at_most_but_every_busy_chat_is_counted(stage):
 
 
 def test_archived_chats_are_left_out_unless_working(stage):
-    me = stage.chat("Me", [])
-    quiet = stage.chat("Archived quiet", [])
-    busy = stage.chat("Archived busy", [[look(), look()]])
+    me = ChatFactory(title="Me")
+    quiet = ChatFactory(title="Archived quiet")
+    busy = ChatFactory(title="Archived busy", script=[[look(), look()]])
     stage.start(busy)
     conversation_archive(conversation=quiet)
     conversation_archive(conversation=busy)
@@ -74,9 +75,10 @@ def test_archived_chats_are_left_out_unless_working(stage):
 
 def test_a_row_says_what_a_busy_chat_is_doing_and_which_files(stage, workspace):
     (workspace / "auth.ts").write_text("a")
-    me = stage.chat("Me", [])
-    busy = stage.chat(
-        "Fix login", [[write("a.ts"), write("b.ts"), edit("auth.ts", "a", "b"), look()]]
+    me = ChatFactory(title="Me")
+    busy = ChatFactory(
+        title="Fix login",
+        script=[[write("a.ts"), write("b.ts"), edit("auth.ts", "a", "b"), look()]],
     )
     stage.start(busy)
     stage.step(busy, 3)
@@ -97,48 +99,48 @@ def test_a_row_says_what_a_busy_chat_is_doing_and_which_files(stage, workspace):
 def test_a_chat_in_another_folder_shows_its_folder_as_a_person_reads_it(stage, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    me = stage.chat("Me", [])
-    stage.chat("Away", [], folder=elsewhere)
+    me = ChatFactory(title="Me")
+    ChatFactory(title="Away", folder=elsewhere)
     row = list_chats(conversation=me).rows[0]
     assert row.same_folder is False
     assert row.folder == str(elsewhere.resolve())
 
 
 def test_where_a_chat_came_from(stage):
-    me = stage.chat("Me", [])
+    me = ChatFactory(title="Me")
     task_start(parent=me, title="Run the checks", script=[[look(), look()]])
-    stage.chat("Nightly", [], origin=Origin.ROUTINE)
-    stage.chat("Phone", [], origin=Origin.CHAT_APP, origin_channel="Telegram")
+    ChatFactory(title="Nightly", origin=Origin.ROUTINE)
+    ChatFactory(title="Phone", chat_app=True)
     came = {row.title: row.came_from for row in list_chats(conversation=me).rows}
     assert came["Run the checks"] == "a task from this chat"
     assert came["Nightly"] == "a routine"
     assert came["Phone"] == "Telegram"
-    other = stage.chat("Other", [])
+    other = ChatFactory(title="Other")
     came = {row.title: row.came_from for row in list_chats(conversation=other).rows}
     assert came["Run the checks"] == "a task from “Me”"
 
 
 def test_a_row_counts_tasks_still_going_and_marks_untrusted(stage):
-    me = stage.chat("Me", [])
-    reader = stage.chat("Reader", [], taint=Taint.UNTRUSTED)
+    me = ChatFactory(title="Me")
+    reader = ChatFactory(title="Reader", taint=Taint.UNTRUSTED)
     task_start(parent=reader, title="Task", script=[[look(), look()]])
     row = next(r for r in list_chats(conversation=me).rows if r.title == "Reader")
     assert row.tasks_going == 1
     assert row.untrusted is True
 
 
-def test_list_chats_is_offered_only_to_a_chat_you_are_in_or_your_own_chat_app_chat(stage):
+def test_list_chats_is_offered_only_to_a_chat_you_are_in_or_your_own_chat_app_chat(stage, outsider):
     offered = {
-        "own": stage.chat("Own", []),
-        "own chat app": stage.chat("DM", [], origin=Origin.CHAT_APP, origin_channel="Telegram"),
+        "own": ChatFactory(title="Own"),
+        "own chat app": ChatFactory(title="DM", chat_app=True),
     }
     refused = {
-        "routine": stage.chat("Routine", [], origin=Origin.ROUTINE),
-        "task": stage.chat("Task", [], origin=Origin.TASK),
-        "another app": stage.chat("Client", [], origin=Origin.CLIENT),
-        "outside agent": stage.chat("Peer", [], origin=Origin.PEER),
-        "artifact": stage.chat("Artifact", [], origin=Origin.ARTIFACT),
-        "someone else's words": stage.chat("Group", [], origin=Origin.CHAT_APP, taint=Taint.PERSON),
+        "routine": ChatFactory(title="Routine", origin=Origin.ROUTINE),
+        "task": ChatFactory(title="Task", origin=Origin.TASK),
+        "another app": ChatFactory(title="Client", origin=Origin.CLIENT),
+        "outside agent": ChatFactory(title="Peer", origin=Origin.PEER),
+        "artifact": ChatFactory(title="Artifact", origin=Origin.ARTIFACT),
+        "someone else's words": outsider,
     }
     for chat in offered.values():
         assert offers_together(chat)
@@ -149,12 +151,12 @@ def test_list_chats_is_offered_only_to_a_chat_you_are_in_or_your_own_chat_app_ch
 
 
 def test_is_yours_leaves_out_peer_client_artifact_and_person_tainted_chats(stage, second_owner):
-    mine = stage.chat("Mine", [])
+    mine = ChatFactory(title="Mine")
     assert is_yours(mine, owner_id=stage.owner.pk)
     assert not is_yours(mine, owner_id=second_owner.pk)
     for origin in (Origin.PEER, Origin.CLIENT, Origin.ARTIFACT):
-        assert not is_yours(stage.chat(origin, [], origin=origin), owner_id=stage.owner.pk)
-    assert not is_yours(stage.chat("Group", [], taint=Taint.PERSON), owner_id=stage.owner.pk)
+        assert not is_yours(ChatFactory(title=origin, origin=origin), owner_id=stage.owner.pk)
+    assert not is_yours(ChatFactory(title="Group", taint=Taint.PERSON), owner_id=stage.owner.pk)
 
 
 def test_the_tool_records_the_other_chats_look_card_and_event(
@@ -164,12 +166,12 @@ def test_the_tool_records_the_other_chats_look_card_and_event(
     unsubscribe = events.subscribe(lambda e: seen.append(e))
     try:
         with django_capture_on_commit_callbacks(execute=True):
-            busy = stage.chat("Busy", [[look(), look()]])
+            busy = ChatFactory(title="Busy", script=[[look(), look()]])
             stage.start(busy)
-            needs = stage.chat("Needs", [[{"ask": "?"}]])
+            needs = ChatFactory(title="Needs", script=[[{"ask": "?"}]])
             stage.start(needs)
             stage.step(needs)
-            me = stage.chat("Me", [[{"tool": "list_chats", "args": {}}]])
+            me = ChatFactory(title="Me", script=[[{"tool": "list_chats", "args": {}}]])
             stage.start(me)
             stage.step(me, 2)
     finally:

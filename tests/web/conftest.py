@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from chats.runtime.chats import conversation_create
+from tests.factories import ChatFactory
 
 
 @pytest.fixture
@@ -24,4 +24,4 @@ def htmx(owner, agent) -> Client:
 
 @pytest.fixture
 def chat(owner, agent, workspace):
-    return conversation_create(owner=owner, title="Fix the login bug", folder=str(workspace))
+    return ChatFactory(owner=owner, title="Fix the login bug", folder=str(workspace))

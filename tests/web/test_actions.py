@@ -6,11 +6,10 @@ import pytest
 
 from chats.forms import ERR_FOLDER_MISSING, ERR_FOLDER_NOT_DIR, ERR_FOLDER_RELATIVE
 from chats.models import Conversation, Mode, Status, TurnState
-from chats.runtime.chats import conversation_create
 from chats.runtime.runner import drain
 from chats.runtime.turns import ERR_EMPTY_MESSAGE, message_send
 from chats.views import ERR_STALE_REQUEST
-from tests.factories import AgentFactory
+from tests.factories import AgentFactory, ChatFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -177,7 +176,7 @@ def test_stop_ends_the_running_reply(signed_in, chat):
 
 @pytest.fixture
 def asking(owner, agent, workspace):
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Careful",
         folder=str(workspace),
@@ -272,8 +271,8 @@ def test_archive_and_unarchive(signed_in, chat):
 
 
 def test_delete_deletes_and_goes_home(signed_in, htmx, owner, agent):
-    one = conversation_create(owner=owner, title="One")
-    two = conversation_create(owner=owner, title="Two")
+    one = ChatFactory(owner=owner, title="One")
+    two = ChatFactory(owner=owner, title="Two")
 
     plain = signed_in.post(f"/c/{one.public_id}/delete/")
     under_htmx = htmx.post(f"/c/{two.public_id}/delete/")

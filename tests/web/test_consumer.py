@@ -6,8 +6,9 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chats import events, regions
-from chats.runtime.chats import conversation_archive, conversation_create, conversation_rename
+from chats.runtime.chats import conversation_archive, conversation_rename
 from chats.runtime.turns import conversation_delete, message_send
+from tests.factories import ChatFactory
 from tests.web.sockets import seq_of, session_cookie, socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,8 +23,8 @@ def cookie(owner):
 
 @pytest.fixture
 def two_chats(owner, agent, workspace):
-    one = conversation_create(owner=owner, title="Fix the login bug", folder=str(workspace))
-    two = conversation_create(owner=owner, title="Release notes", folder=str(workspace))
+    one = ChatFactory(owner=owner, title="Fix the login bug", folder=str(workspace))
+    two = ChatFactory(owner=owner, title="Release notes", folder=str(workspace))
     return one, two
 
 
@@ -141,9 +142,7 @@ async def test_a_deleted_chat_leaves_the_list_and_its_page_says_so(owner, cookie
 
 async def test_someone_elses_events_never_reach_this_socket(owner, second_owner, agent, two_chats):
     one, _ = two_chats
-    theirs = await database_sync_to_async(conversation_create)(
-        owner=second_owner, title="Their chat"
-    )
+    theirs = await database_sync_to_async(ChatFactory)(owner=second_owner, title="Their chat")
     cookie = await database_sync_to_async(session_cookie)(second_owner)
     communicator, _ = await open_socket(cookie, chat=one)
     try:

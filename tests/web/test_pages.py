@@ -11,10 +11,11 @@ import pytest
 from django.utils import timezone
 
 from chats.models import Mode, Origin, Status, Turn, TurnState
-from chats.runtime.chats import conversation_archive, conversation_create
+from chats.runtime.chats import conversation_archive
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
 from chats.templatetags.conch import duration, relpath, tildify
+from tests.factories import ChatFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -92,7 +93,7 @@ def test_a_chat_that_is_not_working_shows_its_state(signed_in, chat, status, lab
 
 def test_a_folder_in_the_home_directory_reads_with_a_tilde(signed_in, owner, agent):
     folder = Path.home() / "src" / "app"
-    chat = conversation_create(owner=owner, title="App", folder=str(folder))
+    chat = ChatFactory(owner=owner, title="App", folder=str(folder))
 
     row = row_html(signed_in.get("/").content.decode(), chat.public_id)
 
@@ -102,11 +103,11 @@ def test_a_folder_in_the_home_directory_reads_with_a_tilde(signed_in, owner, age
 
 
 def test_a_row_says_where_the_chat_came_from(signed_in, owner, agent):
-    mine = conversation_create(owner=owner, title="Mine")
-    telegram = conversation_create(
+    mine = ChatFactory(owner=owner, title="Mine")
+    telegram = ChatFactory(
         owner=owner, title="From Ann", origin=Origin.CHAT_APP, origin_channel="telegram"
     )
-    routine = conversation_create(owner=owner, title="Nightly", origin=Origin.ROUTINE)
+    routine = ChatFactory(owner=owner, title="Nightly", origin=Origin.ROUTINE)
 
     html = signed_in.get("/").content.decode()
 
@@ -116,8 +117,8 @@ def test_a_row_says_where_the_chat_came_from(signed_in, owner, agent):
 
 
 def test_archived_chats_are_hidden_unless_working(signed_in, owner, agent):
-    resting = conversation_create(owner=owner, title="Resting")
-    busy = conversation_create(owner=owner, title="Busy")
+    resting = ChatFactory(owner=owner, title="Resting")
+    busy = ChatFactory(owner=owner, title="Busy")
     conversation_archive(conversation=resting)
     conversation_archive(conversation=busy)
     message_send(conversation=busy, text="go")
@@ -129,7 +130,7 @@ def test_archived_chats_are_hidden_unless_working(signed_in, owner, agent):
 
 
 def test_the_list_shows_only_the_signed_in_owners_chats(signed_in, chat, second_owner, agent):
-    theirs = conversation_create(owner=second_owner, title="Not yours")
+    theirs = ChatFactory(owner=second_owner, title="Not yours")
 
     html = signed_in.get("/").content.decode()
 
@@ -157,7 +158,7 @@ def test_each_replys_steps_are_grouped_under_it_with_files_relative_to_the_folde
 ):
     (workspace / "src").mkdir()
     (workspace / "src" / "app.py").write_text("x = 1\n")
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Fix",
         folder=str(workspace),
@@ -212,7 +213,7 @@ def test_an_idle_chat_offers_no_stop(signed_in, chat):
 def test_a_reply_that_needs_an_ok_shows_the_request_with_approve_and_deny(
     signed_in, owner, agent, workspace
 ):
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title="Careful",
         folder=str(workspace),
@@ -235,7 +236,7 @@ def test_a_reply_that_needs_an_ok_shows_the_request_with_approve_and_deny(
 
 
 def test_a_question_asks_for_an_answer_in_the_composer(signed_in, owner, agent):
-    chat = conversation_create(owner=owner, title="Q", script=[[{"ask": "Which branch?"}]])
+    chat = ChatFactory(owner=owner, title="Q", script=[[{"ask": "Which branch?"}]])
     message_send(conversation=chat, text="Deploy")
     drain()
 
@@ -256,7 +257,7 @@ def test_the_page_offers_mode_rename_archive_and_delete(signed_in, chat):
 
 
 def test_someone_elses_chat_does_not_exist(signed_in, second_owner, agent):
-    theirs = conversation_create(owner=second_owner, title="Theirs")
+    theirs = ChatFactory(owner=second_owner, title="Theirs")
 
     assert signed_in.get(f"/c/{theirs.public_id}/").status_code == 404
     assert (
@@ -335,7 +336,7 @@ HOSTILE = (
 
 
 def test_model_text_is_escaped_in_every_region(signed_in, htmx, owner, agent, workspace):
-    chat = conversation_create(
+    chat = ChatFactory(
         owner=owner,
         title=HOSTILE[:120],
         folder=str(workspace),

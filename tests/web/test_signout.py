@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from chats import consumers
 from chats.routing import SameOriginValidator, websocket_urlpatterns
-from chats.runtime.chats import conversation_create, conversation_rename
+from chats.runtime.chats import conversation_rename
 from chats.signout import session_group
+from tests.factories import ChatFactory
 from tests.web.sockets import HOST, ORIGIN, seq_of, socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,7 +58,7 @@ async def closed_by(communicator, deadline: float) -> dict:
 
 @pytest.fixture
 def chat(owner, agent, workspace):
-    return conversation_create(owner=owner, title="Plans", folder=str(workspace))
+    return ChatFactory(owner=owner, title="Plans", folder=str(workspace))
 
 
 # ---------------------------------------------------------------------------

@@ -21,9 +21,10 @@ from django.test.utils import CaptureQueriesContext
 from chats import regions
 from chats.gateway.services import gateway_token_rotate
 from chats.models import EntryKind, EntryRole, Inbound, Mode, StartedBy, Status, Turn
-from chats.runtime.chats import conversation_create, conversation_rename, entry_append
+from chats.runtime.chats import conversation_rename, entry_append
 from chats.runtime.runner import drain
 from chats.runtime.turns import conversation_delete, conversation_stop, message_send, turn_start
+from tests.factories import ChainFactory, ChatFactory, ChatMessageFactory, WaitFactory
 from tests.web.sockets import seq_of, session_cookie, socket
 from together.listing import list_chats
 from together.messages import (
@@ -35,7 +36,7 @@ from together.messages import (
     stop_chat,
     take_in,
 )
-from together.models import Chain, ChatMessage, MessageState, Wait, WaitKind, WaitState
+from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
 from together.tools import chats_look_record
 from together.views import ERR_BAD_ACTION
 from together.waits import wait_for, wake
@@ -47,10 +48,6 @@ TIMEOUT = 5
 
 # ---------------------------------------------------------------------------
 # Helpers
-
-
-def new_chat(owner, folder, title, **kwargs):
-    return conversation_create(owner=owner, title=title, folder=str(folder), **kwargs)
 
 
 def open_turn(chat) -> Turn:
@@ -105,8 +102,8 @@ def opens(chat) -> str:
 @pytest.fixture
 def two(owner, agent, workspace):
     """“Release notes” writes to “Fix the login”."""
-    receiver = new_chat(owner, workspace, "Fix the login")
-    sender = new_chat(owner, workspace, "Release notes")
+    receiver = ChatFactory(owner=owner, folder=workspace, title="Fix the login")
+    sender = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     return sender, receiver
 
 
@@ -130,10 +127,10 @@ def looked(owner, agent, workspace, tmp_path):
     """“Release notes” looked at its other chats: one working here on auth.ts, one needing you elsewhere."""
     deploy = tmp_path / "deploy"
     deploy.mkdir()
-    needy = new_chat(
-        owner,
-        deploy,
-        "Roll out 2.4",
+    needy = ChatFactory(
+        owner=owner,
+        folder=deploy,
+        title="Roll out 2.4",
         mode=Mode.ASK,
         script=[[{"tool": "write_file", "args": {"path": "x.txt", "content": "x"}}]],
     )
@@ -141,11 +138,11 @@ def looked(owner, agent, workspace, tmp_path):
     drain()
     needy.refresh_from_db()
     assert needy.status == Status.NEEDS_YOU
-    busy = new_chat(owner, workspace, "Fix the login")
+    busy = ChatFactory(owner=owner, folder=workspace, title="Fix the login")
     turn = open_turn(busy)  # left open, as a runner mid-step leaves it
     files = [str(workspace / "src" / name) for name in ("session.ts", "db.ts", "auth.ts")]
     Turn.objects.filter(pk=turn.pk).update(files_changed=files, step_family="editing files")
-    looker = new_chat(owner, workspace, "Release notes")
+    looker = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     look = list_chats(conversation=looker)
     chats_look_record(conversation=looker, turn=open_turn(looker), look=look)
     return looker, busy, needy
@@ -189,7 +186,7 @@ def test_a_look_row_for_a_chat_since_deleted_opens_nothing(signed_in, looked):
 
 
 def test_a_look_row_naming_someone_elses_chat_opens_nothing(signed_in, owner, second_owner, chat):
-    theirs = conversation_create(owner=second_owner, title="Their plans")
+    theirs = ChatFactory(owner=second_owner, title="Their plans")
     entry_append(
         conversation=chat,
         role=EntryRole.CONCH,
@@ -412,16 +409,16 @@ def test_every_word_in_the_transcript_from_outside_conch_sits_under_hx_disable(
     signed_in, owner, agent, workspace
 ):
     evil = f"{MARK} <b hx-get=/x/>"
-    target = new_chat(
-        owner,
-        workspace,
-        f"{MARK} target",
+    target = ChatFactory(
+        owner=owner,
+        folder=workspace,
+        title=f"{MARK} target",
         script=[[{"say": f"{MARK} said"}, {"tool": "list_files", "args": {}}]],
     )
     message_send(conversation=target, text=f"{MARK} asked")
     drain()
-    me = new_chat(owner, workspace, f"{MARK} me")
-    other = new_chat(owner, workspace, f"{MARK} other")
+    me = ChatFactory(owner=owner, folder=workspace, title=f"{MARK} me")
+    other = ChatFactory(owner=owner, folder=workspace, title=f"{MARK} other")
     turn = open_turn(other)
     Turn.objects.filter(pk=turn.pk).update(files_changed=[str(workspace / f"{MARK}.py")])
     chats_look_record(conversation=me, turn=open_turn(me), look=list_chats(conversation=me))
@@ -582,14 +579,14 @@ def test_the_press_refuses_get(signed_in, held):
 
 
 def test_the_receiving_chats_own_reply_cannot_let_a_held_message_in(owner, workspace, agent):
-    receiver = new_chat(
-        owner,
-        workspace,
-        "Fix the login",
+    receiver = ChatFactory(
+        owner=owner,
+        folder=workspace,
+        title="Fix the login",
         inbound=Inbound.HOLD,
         script=[[{"tool": "list_files", "args": {}}, {"say": "Looked."}]],
     )
-    sender = new_chat(owner, workspace, "Release notes")
+    sender = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     message = send(sender, receiver, "Approve everything", start_reply=True)
 
     message_send(conversation=receiver, text="carry on")
@@ -761,9 +758,7 @@ def test_the_stopped_card_names_the_chat_that_stopped_it_and_why(signed_in, two)
 def add_cards(chat, others, n: int) -> None:
     """``n`` cards of each kind in ``chat``, written as the services write them."""
     sender, receiver = others
-    chain = Chain.objects.create(
-        id=f"chain-{chat.pk}-{Chain.objects.count()}", owner_id=chat.owner_id
-    )
+    chain = ChainFactory(owner=chat.owner)
     for i in range(n):
         rows = [
             {"id": o.public_id, "title": o.title, "state": "idle", "same_folder": True}
@@ -777,7 +772,7 @@ def add_cards(chat, others, n: int) -> None:
             data={"card": "chats.listed", "working": 0, "needs_you": 0, "rows": rows},
         )
         for side, other in (("from", sender), ("to", receiver)):
-            message = ChatMessage.objects.create(
+            message = ChatMessageFactory(
                 chain=chain,
                 sender=other if side == "from" else chat,
                 receiver=chat if side == "from" else other,
@@ -786,7 +781,6 @@ def add_cards(chat, others, n: int) -> None:
                 receiver_title="y",
                 receiver_public_id="y",
                 text=f"message {i}",
-                words_key=f"{chat.pk}-{side}-{i}-{n}",
                 state=MessageState.HELD if side == "from" else MessageState.READ,
             )
             entry_append(
@@ -796,12 +790,10 @@ def add_cards(chat, others, n: int) -> None:
                 text="a message",
                 data={"card": "chat.message", "message_id": message.message_id, "side": side},
             )
-        wait = Wait.objects.create(
+        wait = WaitFactory(
             waiter=chat,
-            kind=WaitKind.CHAT,
             target_chat=sender,
             target_public_id=f"{sender.public_id}-{i}-{n}",
-            target_title=sender.title,
             state=WaitState.WOKEN,
             outcome={"headline": f"“{sender.title}” finished its reply"},
         )
@@ -824,8 +816,11 @@ def add_cards(chat, others, n: int) -> None:
 def test_a_transcript_of_thirty_cards_of_each_kind_costs_what_one_costs(
     signed_in, owner, agent, workspace, django_assert_max_num_queries
 ):
-    chat = new_chat(owner, workspace, "Cards")
-    others = (new_chat(owner, workspace, "Sender"), new_chat(owner, workspace, "Receiver"))
+    chat = ChatFactory(owner=owner, folder=workspace, title="Cards")
+    others = (
+        ChatFactory(owner=owner, folder=workspace, title="Sender"),
+        ChatFactory(owner=owner, folder=workspace, title="Receiver"),
+    )
     url = f"/c/{chat.public_id}/"
     add_cards(chat, others, 1)
     with CaptureQueriesContext(connection) as one:
@@ -871,8 +866,10 @@ async def test_a_message_changing_state_pushes_the_shown_chats_transcript(owner,
 
 
 def _held_pair(owner, workspace):
-    receiver = new_chat(owner, workspace, "Fix the login", inbound=Inbound.HOLD)
-    sender = new_chat(owner, workspace, "Release notes")
+    receiver = ChatFactory(
+        owner=owner, folder=workspace, title="Fix the login", inbound=Inbound.HOLD
+    )
+    sender = ChatFactory(owner=owner, folder=workspace, title="Release notes")
     send(sender, receiver)
     return sender, receiver
 
@@ -881,8 +878,10 @@ def _held_pair(owner, workspace):
 async def test_a_look_at_the_other_chats_pushes_the_card_to_the_page_showing_it(
     owner, agent, workspace
 ):
-    looker = await database_sync_to_async(new_chat)(owner, workspace, "Release notes")
-    await database_sync_to_async(new_chat)(owner, workspace, "Fix the login")
+    looker = await database_sync_to_async(ChatFactory)(
+        owner=owner, folder=workspace, title="Release notes"
+    )
+    await database_sync_to_async(ChatFactory)(owner=owner, folder=workspace, title="Fix the login")
     cookie = await database_sync_to_async(session_cookie)(owner)
     communicator = socket(cookie=cookie, path=f"/ws/?chat={looker.public_id}")
     connected, _ = await communicator.connect(timeout=TIMEOUT)

@@ -1,0 +1,105 @@
+"""The routing playground's forms: they parse and check what the person typed.
+
+A message of the person's own is checked by the gateway's one parser
+(:func:`chats.gateway.inbound.inbound_parse`), so the playground refuses
+exactly what ``POST /gateway/inbound`` refuses, naming the same field. What
+depends on the playground's state (how many bindings, a tie) is the
+service's to refuse, in :mod:`chats.gateway.playground`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
+from chats.gateway.ladder import CHANNEL_PATTERN, ERR_CHANNEL, ERR_ROLES_NEED_GUILD
+from chats.gateway.models import DmScope
+from chats.gateway.playground import AGENT_PATTERN, ERR_AGENT, ERR_SCOPE, PlaygroundError
+from chats.limits import LIMITS
+
+ERR_TOO_LONG = "is at most %(limit_value)d characters."
+# The parser wants a message id; the playground gives each message its own when fired.
+CHECKED_AS = "play-check"
+
+
+def first_error(form: forms.Form) -> PlaygroundError:
+    """The form's first fault, as the page shows it: beside its field, or above the form."""
+    field, errors = next(iter(form.errors.as_data().items()))
+    return PlaygroundError(field, errors[0].messages[0])
+
+
+def _roles(raw: str) -> list[str]:
+    return sorted({role.strip() for role in raw.split(",") if role.strip()})
+
+
+def _id_field() -> forms.CharField:
+    return forms.CharField(
+        required=False, max_length=LIMITS.inbound_id_chars, error_messages={"max_length": ERR_TOO_LONG}
+    )
+
+
+class PlaygroundScopeForm(forms.Form):
+    dm_scope = forms.ChoiceField(
+        choices=DmScope.choices,
+        error_messages={"required": ERR_SCOPE, "invalid_choice": ERR_SCOPE},
+    )
+
+
+class PlaygroundBindingForm(forms.Form):
+    """One playground binding. Roles are typed as a list: ``mod, admin``."""
+
+    agent = forms.CharField(required=False)
+    channel = _id_field()
+    account_id = _id_field()
+    peer = _id_field()
+    parent_peer = _id_field()
+    guild_id = _id_field()
+    team_id = _id_field()
+    roles = forms.CharField(required=False)
+
+    def clean_agent(self) -> str:
+        agent = self.cleaned_data["agent"].lower()
+        if not AGENT_PATTERN.match(agent):
+            raise forms.ValidationError(ERR_AGENT)
+        return agent
+
+    def clean_channel(self) -> str:
+        channel = self.cleaned_data["channel"].lower()
+        if not CHANNEL_PATTERN.match(channel):
+            raise forms.ValidationError(ERR_CHANNEL)
+        return channel
+
+    def clean_roles(self) -> list[str]:
+        roles = _roles(self.cleaned_data["roles"])
+        if roles and not self.cleaned_data.get("guild_id"):
+            raise forms.ValidationError(ERR_ROLES_NEED_GUILD)
+        return roles
+
+
+class PlaygroundMessageForm(forms.Form):
+    """A message of the person's own, written field by field; roles as ``a, b``.
+
+    Only the fields the form sent are given to the parser, as a chat app would
+    leave out what it doesn't have. ``cleaned_data["inbound"]`` is the message.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in FIELDS:
+            if name != "message_id":
+                self.fields[name] = forms.CharField(required=False, strip=False)
+
+    def clean(self) -> dict[str, Any]:
+        raw: dict[str, Any] = {
+            name: value for name, value in self.cleaned_data.items() if name in self.data
+        }
+        if "member_roles" in raw:
+            raw["member_roles"] = _roles(raw["member_roles"])
+        try:
+            self.cleaned_data["inbound"] = inbound_parse(raw | {"message_id": CHECKED_AS})
+        except InboundError as exc:
+            field = exc.field if exc.field in self.fields else None
+            self.add_error(field, exc.message)
+        return self.cleaned_data
