@@ -3,7 +3,7 @@
 Two ways to make a chat:
 
 - :class:`ChatFactory` makes it as the app does, through
-  ``services.conversation_create``: its title is checked and its
+  ``conversation_create``: its title is checked and its
   ``conversation.updated`` event is published on commit. Use it wherever a
   chat takes part in what is tested (replies, events, the pages).
 - :class:`ConversationFactory` writes the row alone, with any status; use it
@@ -62,7 +62,7 @@ class AgentFactory(factory.django.DjangoModelFactory):
 
 
 class ChatFactory(factory.Factory):
-    """One of the owner's chats, made by ``services.conversation_create``.
+    """One of the owner's chats, made by ``conversation_create``.
 
     The agent and folder default as the service's do: the default persona
     (the ``agent`` fixture) and its workspace. ``script`` is the scripted
@@ -91,9 +91,9 @@ class ChatFactory(factory.Factory):
 
     @classmethod
     def _create(cls, model_class, *args, **kwargs):
-        from chats.runtime import services
+        from chats.runtime.chats import conversation_create
 
-        return services.conversation_create(*args, **kwargs)
+        return conversation_create(*args, **kwargs)
 
     @classmethod
     def _build(cls, model_class, *args, **kwargs):
@@ -158,7 +158,7 @@ class StepFactory(factory.django.DjangoModelFactory):
 
 class EntryFactory(factory.django.DjangoModelFactory):
     """A transcript line, after the chat's last. Lines a test needs indexed or ordered
-    with the service's own go through ``services.entry_append`` instead."""
+    with the service's own go through ``entry_append`` instead."""
 
     class Meta:
         model = Entry

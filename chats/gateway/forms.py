@@ -36,7 +36,9 @@ def _roles(raw: str) -> list[str]:
 
 def _id_field() -> forms.CharField:
     return forms.CharField(
-        required=False, max_length=LIMITS.inbound_id_chars, error_messages={"max_length": ERR_TOO_LONG}
+        required=False,
+        max_length=LIMITS.inbound_id_chars,
+        error_messages={"max_length": ERR_TOO_LONG},
     )
 
 

@@ -273,7 +273,9 @@ Roles = Annotated[
 ]
 Text = Annotated[
     str,
-    StringConstraints(strict=True, strip_whitespace=True, min_length=1, max_length=LIMITS.inbound_text_chars),
+    StringConstraints(
+        strict=True, strip_whitespace=True, min_length=1, max_length=LIMITS.inbound_text_chars
+    ),
     BeforeValidator(_text_given),
 ]
 

@@ -20,9 +20,7 @@ def _status(chat):
 def test_task_status_answers_capacity_and_tasks(owner, agent, workspace, settings):
     settings.CONCH_SUBAGENT_LANE = 1
     other = ChatFactory(owner=owner, title="Other", folder=str(workspace))
-    task_start(
-        parent=other, title="Someone else's", script=[[{"tool": "list_files", "args": {}}]]
-    )
+    task_start(parent=other, title="Someone else's", script=[[{"tool": "list_files", "args": {}}]])
     chat = ChatFactory(
         owner=owner,
         title="Mine",

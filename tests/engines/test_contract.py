@@ -135,9 +135,7 @@ def test_a_persona_without_a_key_never_sends_one_from_the_environment(
     model_agent.engine_config = {**model_agent.engine_config, "auth_profile": ""}
     model_agent.save()
     fake.play(Text("Hi."))
-    message_send(
-        conversation=ChatFactory(agent=model_agent, title="Fix the README"), text="hello"
-    )
+    message_send(conversation=ChatFactory(agent=model_agent, title="Fix the README"), text="hello")
     drain()
 
     [request] = fake.completions
