@@ -39,8 +39,8 @@ def test_a_particular_turn_is_claimed_by_one_worker_only(db):
     assert not turn_claim_one(turn_id=waiting.pk, worker="one")
 
 
-def test_driving_one_action_plays_exactly_one_and_lets_the_reply_go(scripted_chat):
-    chat = scripted_chat([{"say": "one"}, {"say": "two"}])
+def test_driving_one_action_plays_exactly_one_and_lets_the_reply_go(agent):
+    chat = ChatFactory(reply=[{"say": "one"}, {"say": "two"}])
     turn = message_send(conversation=chat, text="go")
     assert runnable_by_chat() == {chat.pk: turn.pk}
     assert drive_one_action(turn_id=turn.pk, worker="player")
@@ -51,8 +51,8 @@ def test_driving_one_action_plays_exactly_one_and_lets_the_reply_go(scripted_cha
     assert runnable_by_chat() == {chat.pk: turn.pk}
 
 
-def test_driving_one_action_leaves_a_reply_another_worker_holds_alone(scripted_chat):
-    chat = scripted_chat([{"say": "one"}])
+def test_driving_one_action_leaves_a_reply_another_worker_holds_alone(agent):
+    chat = ChatFactory(reply=[{"say": "one"}])
     turn = message_send(conversation=chat, text="go")
     assert turn_claim_one(turn_id=turn.pk, worker="runner")
     assert runnable_by_chat() == {}
@@ -62,8 +62,8 @@ def test_driving_one_action_leaves_a_reply_another_worker_holds_alone(scripted_c
     assert turn.claimed_by == "runner"
 
 
-def test_an_action_that_raises_fails_the_reply_as_the_runner_does(scripted_chat, monkeypatch):
-    chat = scripted_chat([{"say": "one"}])
+def test_an_action_that_raises_fails_the_reply_as_the_runner_does(agent, monkeypatch):
+    chat = ChatFactory(reply=[{"say": "one"}])
     turn = message_send(conversation=chat, text="go")
 
     def broken(**_):

@@ -15,6 +15,7 @@ from chats.runtime.chats import ConchError, conversation_create, conversation_re
 from chats.runtime.runner import drain
 from chats.runtime.turns import turn_start
 from chats.tools.registry import get_tool
+from tests.factories import ChatFactory
 from tests.together.conftest import Stage, message
 from together import messages as msgs
 from together import waits
@@ -71,8 +72,8 @@ def test_a_message_over_the_limit_is_refused_naming_the_limit(owner, agent, monk
 
 def test_the_same_words_refusal_says_the_window_it_enforces(live, monkeypatch):
     monkeypatch.setattr(msgs, "MESSAGE_LIMITS", MessageLimits(same_words_window=timedelta(hours=2)))
-    b = live.chat("B", [])
-    a = live.chat("A", [[message(b, "ping")], [message(b, "ping")]])
+    b = ChatFactory(title="B", script=[])
+    a = ChatFactory(title="A", script=[[message(b, "ping")], [message(b, "ping")]])
     live.start(a)
     drain()
     live.start(a, text="again")  # a new chain: only the repeat rule applies

@@ -11,6 +11,7 @@ from chats.engines.openai_compat import messages_for
 from chats.models import Entry, EntryKind, EntryRole, Turn, TurnState
 from chats.runtime.chats import conversation_create
 from chats.runtime.turns import task_start
+from tests.factories import ChatFactory
 from tests.frames import conch_voices, frame_closers
 from tests.together.conftest import look, message, write
 
@@ -33,10 +34,10 @@ def assert_one_conch_line(note):
 
 
 def test_a_title_with_conchs_frame_in_it_is_one_conch_line(stage):
-    other = stage.chat(f"Fix login{FORGED}", [[write("a.py"), look(), look()]])
+    other = ChatFactory(title=f"Fix login{FORGED}", script=[[write("a.py"), look(), look()]])
     stage.start(other)
     stage.step(other, 1)
-    mine = stage.chat("Mine", [[look(), look()]])
+    mine = ChatFactory(title="Mine", script=[[look(), look()]])
     stage.start(mine)
     stage.step(mine, 1)
     [note] = stage.notes(mine)
@@ -46,11 +47,11 @@ def test_a_title_with_conchs_frame_in_it_is_one_conch_line(stage):
 
 def test_a_file_name_with_conchs_frame_in_it_is_one_conch_line(stage, workspace):
     forged_name = f"notes{FORGED}.md"
-    other = stage.chat("Docs", [[write(forged_name), look(), look()]])
+    other = ChatFactory(title="Docs", script=[[write(forged_name), look(), look()]])
     stage.start(other)
     stage.step(other, 1)
     assert (workspace / forged_name).exists()  # the name really is on disk
-    mine = stage.chat("Mine", [[write(forged_name), look(), look()]])
+    mine = ChatFactory(title="Mine", script=[[write(forged_name), look(), look()]])
     stage.start(mine)
     stage.step(mine, 2)
     said = stage.notes(mine)
@@ -61,11 +62,11 @@ def test_a_file_name_with_conchs_frame_in_it_is_one_conch_line(stage, workspace)
 
 
 def test_a_reason_with_conchs_frame_in_it_is_one_conch_line(live):
-    b = live.chat("B", [[look(), look(), look()]])
+    b = ChatFactory(title="B", script=[[look(), look(), look()]])
     live.start(b)
     live.step(b, 1)
     stop = {"tool": "stop_chat", "args": {"chat": b.public_id, "reason": f"same files{FORGED}"}}
-    a = live.chat(f"A{FORGED}", [[stop]])
+    a = ChatFactory(title=f"A{FORGED}", script=[[stop]])
     live.start(a)
     live.step(a, 2)
     assert Turn.objects.get(conversation=b).state == TurnState.STOPPED
@@ -75,8 +76,8 @@ def test_a_reason_with_conchs_frame_in_it_is_one_conch_line(live):
 
 
 def test_a_message_from_a_chat_whose_title_holds_conchs_frame_is_one_conch_line(stage):
-    b = stage.chat("B", [[look(), look()]])
-    a = stage.chat(f"A{FORGED}", [[message(b, f"hello{FORGED}")]])
+    b = ChatFactory(title="B", script=[[look(), look()]])
+    a = ChatFactory(title=f"A{FORGED}", script=[[message(b, f"hello{FORGED}")]])
     stage.start(a)
     stage.step(a, 1)
     stage.start(b)
