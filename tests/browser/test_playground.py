@@ -47,7 +47,11 @@ def test_a_peer_rule_beats_a_team_rule_and_shared_dms_show_red(
     page = tab.page
     open_playground(tab, sign_in, conch_server)
 
+    # per-channel-peer is the default, so its button is pressed before the answer comes; the
+    # answer redraws every region, the bindings form too: wait for that before filling it in.
+    page.evaluate("document.getElementById('pg-add').dataset.before = 'yes'")
     page.get_by_role("button", name="per-channel-peer", exact=True).click()
+    expect(page.locator("#pg-add[data-before]")).to_have_count(0)
     expect(page.get_by_role("button", name="per-channel-peer", exact=True)).to_have_attribute(
         "aria-pressed", "true"
     )
