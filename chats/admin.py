@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
 
@@ -85,6 +87,8 @@ class EndpointFields(forms.Form):
     other engine settings (retries, timeout, temperature…).
     """
 
+    instance: Any  # the model form's, once mixed in
+
     model_base_url = forms.URLField(
         label="Base URL",
         required=False,
@@ -132,7 +136,8 @@ class EndpointFields(forms.Form):
             )
 
     def clean(self):
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data
         if "engine_config" in self.fields:
             config = dict(cleaned.get("engine_config") or {})
         else:
@@ -211,21 +216,27 @@ class AuthProfileAdmin(admin.ModelAdmin):
 
 class EntryInline(ReadOnlyInline):
     model = Entry
-    fields = ["seq", "role", "kind", "text", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("seq", "role", "kind", "text", "created_at")
     ordering = ["seq"]
 
 
 class TurnInline(ReadOnlyInline):
     model = Turn
-    fields = ["number", "state", "started_by", "lane", "started_at", "ended_at", "files_changed"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "number",
+        "state",
+        "started_by",
+        "lane",
+        "started_at",
+        "ended_at",
+        "files_changed",
+    )
     ordering = ["number"]
 
 
 class StepInline(ReadOnlyInline):
     model = Step
-    fields = [
+    fields = readonly_fields = (
         "number",
         "tool",
         "family",
@@ -236,8 +247,7 @@ class StepInline(ReadOnlyInline):
         "files",
         "started_at",
         "ended_at",
-    ]
-    readonly_fields = fields
+    )
     ordering = ["number"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from django import forms
 
@@ -59,6 +60,9 @@ class WriteOnlySecretMixin:
     For admin forms of auth profiles and chat-app accounts: a secret is never
     shown again once saved, and saving the form without retyping it loses nothing.
     """
+
+    cleaned_data: dict[str, Any]  # given by the ModelForm it is mixed into
+    instance: Any
 
     def clean_secret(self) -> str:
         value = self.cleaned_data.get("secret") or ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -271,6 +272,8 @@ class Entry(models.Model):
     text = models.TextField()
     data = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    card: Any  # what chats.cards.cards_load shows for a card entry on the page; not stored
 
     class Meta:
         ordering = ["conversation_id", "seq"]

@@ -155,12 +155,12 @@ def group_end(
     _signal_group(pgid, signal.SIGKILL)
 
 
-def group_end_recorded(pgid: int, mark: str, *, grace: float | None = None) -> str:
+def group_end_recorded(pgid: int | None, mark: str, *, grace: float | None = None) -> str:
     """End a group an earlier Conch process started, if it is still that group.
 
     Returns ENDED, GONE, ELSEWHERE or UNKNOWN (see the module's constants).
     """
-    if not mark:
+    if not mark or pgid is None:
         return UNKNOWN
     try:
         host, boot, ticks_text = mark.split(" ")

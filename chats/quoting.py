@@ -187,7 +187,7 @@ def _fill(template: str, values: Mapping[str, object]) -> str:
         if isinstance(value, Said):
             out.append(value)
         elif isinstance(value, int) and not isinstance(value, bool):
-            out.append(format(value, spec))
+            out.append(format(value, spec or ""))
         else:
             out.append(plain(value))
     unused = set(values) - used

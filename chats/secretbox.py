@@ -54,7 +54,7 @@ class UnreadableSecret(str):
         value.error = error
         return value
 
-    def __getnewargs__(self) -> tuple[str, str]:  # so copies and pickles keep what was stored
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]  # copies and pickles keep what was stored
         return (self.stored, self.error)
 
 
@@ -226,7 +226,7 @@ def _stored_secrets(*, write: bool):
     Raises ``SecretsKeyError`` at the first secret that cannot be opened.
     """
     for model, names in _sealed_fields():
-        rows = model.objects.exclude(**{name: "" for name in names})
+        rows = model._default_manager.exclude(**{name: "" for name in names})
         if write:
             rows = rows.select_for_update()
         for pk, *values in rows.values_list("pk", *names):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -12,7 +13,7 @@ from django.utils import timezone
 from chats.models import SignInToken
 
 OWNER_USERNAME = "owner"
-TOKEN_LIFETIME = timezone.timedelta(hours=12)
+TOKEN_LIFETIME = timedelta(hours=12)
 
 
 def _digest(token: str) -> str:

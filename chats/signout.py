@@ -19,11 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import import_module
+from typing import cast
 
 from django.conf import settings
 from django.contrib import auth
 from django.contrib.sessions.backends.db import SessionStore as DatabaseSessionStore
 from django.db import transaction
+from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 
 from chats import events
@@ -63,7 +65,7 @@ def session_state(*, session_key: str, user_id: int) -> SessionState | None:
     """The session, if it still signs ``user_id`` in; None once it doesn't: signed
     out, deleted, expired, or no longer valid for that user (a changed password)."""
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    if auth.get_user(_SessionOnly(store)).pk != user_id:
+    if auth.get_user(cast(HttpRequest, _SessionOnly(store))).pk != user_id:
         return None
     if not isinstance(store, DatabaseSessionStore):
         return SessionState(expires_at=None)

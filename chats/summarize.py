@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 HEAD_LINES = 8
 TAIL_LINES = 12
 
-ROLE_WORDS = {
+ROLE_WORDS: dict[str, str] = {
     EntryRole.PERSON: "Person",
     EntryRole.ASSISTANT: "Assistant",
     EntryRole.TOOL: "Tool",

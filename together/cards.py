@@ -229,7 +229,7 @@ def load_waits(conversation: Conversation, entries: list[Entry]) -> Mapping[int,
     }
     cards = {}
     for entry in entries:
-        wait = waits.get(_data(entry).get("wait"))
+        wait = waits.get(_data(entry).get("wait", 0))
         if wait is None:
             continue
         target = _wait_target(wait, conversation.owner_id)

@@ -157,18 +157,18 @@ def list_chats(
 
 def _row(chat: ChatSnapshot, me: Conversation, now: datetime, tasks_going: int) -> OtherChat:
     reply = chat.reply
-    working = chat.status == Status.WORKING and reply is not None
+    working = reply if chat.status == Status.WORKING else None
     folder = reply.folder if reply else chat.folder
     place = reply.place if reply else chat.place
     same = same_place(me.place, me.folder, place, folder)
     doing = doing_seconds = None
     if working:
-        doing = reply.family or THINKING
-        since = reply.step_started_at or reply.started_at
+        doing = working.family or THINKING
+        since = working.step_started_at or working.started_at
         doing_seconds = max(0, int((now - since).total_seconds()))
     files = tuple(
         plain_path(shown_path(p, me.folder if same else folder))
-        for p in (reply.files_changed if working else ())
+        for p in (working.files_changed if working else ())
     )
     return OtherChat(
         id=chat.id,
@@ -176,12 +176,12 @@ def _row(chat: ChatSnapshot, me: Conversation, now: datetime, tasks_going: int) 
         state=chat.status,
         doing=doing,
         doing_seconds=doing_seconds,
-        reply_started_at=reply.started_at if working else None,
+        reply_started_at=working.started_at if working else None,
         last_active_at=chat.last_interaction_at,
         same_folder=same,
         folder="" if same else plain_path(for_person(folder)),
         files_changed=files,
-        browser_open=bool(working and reply.browser_open),
+        browser_open=bool(working and working.browser_open),
         tasks_going=tasks_going,
         came_from=came_from(chat, listing_pk=me.pk),
         untrusted=chat.taint == Taint.UNTRUSTED,

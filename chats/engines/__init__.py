@@ -8,6 +8,7 @@ recaps for its personas (:mod:`chats.summarize`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from chats.engines.base import Engine, EngineError
@@ -20,7 +21,10 @@ if TYPE_CHECKING:
 
 _engines: dict[str, Engine] = {}
 
-BUILT_IN = {"scripted": ScriptedEngine, "openai": OpenAICompatEngine}
+BUILT_IN: dict[str, Callable[[], Engine]] = {
+    "scripted": ScriptedEngine,
+    "openai": OpenAICompatEngine,
+}
 
 
 def register_engine(engine: Engine) -> None:

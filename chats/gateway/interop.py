@@ -56,13 +56,13 @@ from chats.quoting import not_as_conch
 
 FORMAT_VERSION = 1
 INSERT_BATCH = 1_000
-OPENCLAW_ROLE = {
+OPENCLAW_ROLE: dict[str, str] = {
     EntryRole.PERSON: "user",
     EntryRole.ASSISTANT: "assistant",
     EntryRole.TOOL: "toolResult",
     EntryRole.CONCH: "system",
 }
-CONCH_ROLE = {value: key for key, value in OPENCLAW_ROLE.items()}
+CONCH_ROLE: dict[object, str] = {value: key for key, value in OPENCLAW_ROLE.items()}
 ORIGIN_FIELDS = {
     "chatType": "chat_type",
     "channel": "channel",
@@ -230,7 +230,7 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 continue
             try:
                 line = json.loads(raw)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 raise InteropError(f"{path}:{number}: not JSON ({exc.msg}).") from None
             if not isinstance(line, dict):
                 raise InteropError(f"{path}:{number}: each line must be a JSON object.")
@@ -241,7 +241,7 @@ def _entry_from(line: dict[str, Any], where: str, next_seq: int) -> Entry | None
     kind_of_line = line.get("type")
     if kind_of_line == "session":
         return None
-    conch = line.get("conch") if isinstance(line.get("conch"), dict) else {}
+    conch: dict[str, Any] = line["conch"] if isinstance(line.get("conch"), dict) else {}
     if kind_of_line == "compaction":
         text, role, kind = line.get("summary"), EntryRole.CONCH, EntryKind.RECAP
     elif kind_of_line == "message":

@@ -297,4 +297,4 @@ def records_prune(*, report: MaintenanceReport, batch: int = BATCH) -> None:
             report.records_pruned += rows.count()
             continue
         while ids := list(rows.values_list("pk", flat=True)[:batch]):
-            report.records_pruned += rows.model.objects.filter(pk__in=ids).delete()[0]
+            report.records_pruned += rows.model._default_manager.filter(pk__in=ids).delete()[0]

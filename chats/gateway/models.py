@@ -66,7 +66,7 @@ class Binding(models.Model):
         return f"{' '.join(parts)} → {self.agent.slug}"
 
     def match_fields(self) -> dict[str, object]:
-        fields = {"channel": self.channel}
+        fields: dict[str, object] = {"channel": self.channel}
         for name in ("account_id", "peer", "parent_peer", "guild_id", "team_id"):
             value = getattr(self, name)
             if value:

@@ -9,6 +9,7 @@ up again, or ends them when running a step again could do a write twice.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -51,7 +52,7 @@ def turn_claim(*, worker: str, limit: int, lanes: Iterable[str] | None = None) -
     """
     if limit <= 0:
         return []
-    lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
+    lease = timezone.now() + timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
     claimed: list[int] = []
     with transaction.atomic():
         candidates = Turn.objects.filter(
@@ -91,7 +92,7 @@ def turn_claim_one(*, turn_id: int, worker: str) -> bool:
 
     The conditional update is what makes the claim exclusive, as in ``turn_claim``.
     """
-    lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
+    lease = timezone.now() + timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
     return bool(
         Turn.objects.filter(
             pk=turn_id, claimed_by="", state=TurnState.RUNNING, ended_at__isnull=True
@@ -100,13 +101,13 @@ def turn_claim_one(*, turn_id: int, worker: str) -> bool:
 
 
 def turn_renew_lease(*, turn_id: int, worker: str) -> bool:
-    lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
+    lease = timezone.now() + timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
     return bool(Turn.objects.filter(pk=turn_id, claimed_by=worker).update(lease_until=lease))
 
 
 def turn_renew_leases(*, turn_ids: list[int], worker: str) -> int:
     """Renew every lease this worker holds among ``turn_ids``: one query."""
-    lease = timezone.now() + timezone.timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
+    lease = timezone.now() + timedelta(seconds=settings.CONCH_TURN_LEASE_SECONDS)
     return Turn.objects.filter(pk__in=turn_ids, claimed_by=worker).update(lease_until=lease)
 
 

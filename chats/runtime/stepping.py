@@ -95,7 +95,7 @@ def _transcript_loader(conversation: Conversation):
             while i < len(steps) and steps[i][0] <= e.created_at:
                 lines.append(steps[i][1])
                 i += 1
-            turn = numbers.get(e.turn_id)
+            turn = numbers.get(e.turn_id) if e.turn_id else None
             lines.append(Line(role=e.role, kind=e.kind, text=e.text, data=e.data, turn=turn))
         lines.extend(line for _, line in steps[i:])
         return tuple(lines)

@@ -201,7 +201,7 @@ def resolve_checked(target: Target, *, allow_private: bool) -> str:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as exc:
         raise ToolError(ERR_NOT_FOUND.format(host=target.host, why=exc)) from None
-    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
     if not addresses:
         raise ToolError(ERR_NOT_FOUND.format(host=target.host, why="no addresses"))
     if not allow_private:
@@ -336,7 +336,8 @@ def _get(
                 raise ToolError(ERR_TIMEOUT.format(url=_shown(target.url), seconds=timeout))
             # The response may own the socket now (conn.sock is None once it will
             # close); the socket the connection opened is the one to bound.
-            conn.opened.settimeout(left)
+            if conn.opened is not None:  # opened by the request sent above
+                conn.opened.settimeout(left)
             chunk = response.read1(min(65_536, max_bytes + 1 - size))
             if not chunk:
                 break

@@ -8,9 +8,11 @@ when it has no name of its own) and the field's path inside it
 
 from __future__ import annotations
 
+import enum
 import json
 import posixpath
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -84,7 +86,7 @@ def _problem(kind: str, text: str) -> PydanticCustomError:
     return PydanticCustomError(kind, "{text}", {"text": text})
 
 
-def _problems(found: list[tuple[tuple[str | int, ...], str, str, Any]]) -> None:
+def _problems(found: Sequence[tuple[tuple[str | int, ...], str, str, Any]]) -> None:
     """Raise every problem found at once: (where, under the field; kind; text; the value)."""
     if found:
         raise ValidationError.from_exception_data(
@@ -457,7 +459,7 @@ def _line(error: ErrorDetails, data: Any) -> str:
     if kind == CONTINUES:
         return _goes_on(label, path, text)
     got = f"(got {_shown(error['input'])})"
-    if kind == "enum" and isinstance(shape, type):
+    if kind == "enum" and isinstance(shape, type) and issubclass(shape, enum.Enum):
         choices = ", ".join(choice.value for choice in shape)
         return _goes_on(label, path, f"must be one of {choices} {got}.")
     if info is not None and info.description:
