@@ -40,7 +40,7 @@ from chats.gateway.selectors import (
     session_latest_archived,
 )
 from chats.limits import LIMITS
-from chats.quoting import plain
+from chats.quoting import not_as_conch
 from chats.models import (
     Agent,
     Conversation,
@@ -264,8 +264,9 @@ def session_end(*, conversation: Conversation, reason: str) -> str:
 
 
 def speaker(inbound: Inbound) -> str:
-    """Who speaks, as the assistant reads it: their name made plain, else their id."""
-    return plain(inbound.sender_name) if inbound.sender_name else inbound.peer
+    """Who speaks, as the assistant reads it: their name on one line, never as Conch, else their id."""
+    name = " ".join(not_as_conch(inbound.sender_name).split())[: LIMITS.title_chars]
+    return name or inbound.peer
 
 
 def _message_text(inbound: Inbound, text: str) -> str:
