@@ -40,7 +40,6 @@ from chats.gateway.selectors import (
     session_latest_archived,
 )
 from chats.limits import LIMITS
-from chats.quoting import not_as_conch
 from chats.models import (
     Agent,
     Conversation,
@@ -53,6 +52,7 @@ from chats.models import (
     Turn,
     TurnState,
 )
+from chats.quoting import not_as_conch
 from chats.runtime.chats import (
     ConchError,
     conversation_archive,

@@ -60,6 +60,7 @@ from chats.gateway.models import (
 from chats.gateway.outbox import DeliveryError, outbox_part_sent, reply_target
 from chats.limits import LIMITS
 from chats.models import Conversation
+from chats.runtime.chats import conversation_archive
 from chats.secretbox import SecretsKeyError, secret_readable
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ANONYMOUS_ADMINS = "the group's admins"
 TOO_LONG = "message is too long"
 ERR_CHAT_TYPE = "must be private, group, supergroup or channel."
+MIGRATED = "the group became a supergroup"
 
 
 def api_base() -> str:
@@ -256,7 +258,9 @@ def telegram_inbound(update: Any, *, account: ChannelAccount | None = None, acco
     if chat.type == "channel":
         return Ignore("a channel's post: nobody to answer", receipt)
     if message.is_automatic_forward and not linked_posts:
-        return Ignore("a post the linked channel forwarded (this account doesn't answer those)", receipt)
+        return Ignore(
+            "a post the linked channel forwarded (this account doesn't answer those)", receipt
+        )
     who = _sender(message)
     if who is None:
         return Ignore("no sender", receipt)
@@ -337,6 +341,16 @@ def telegram_chat_migrate(*, account_id: str, old_chat_id: int, new_chat_id: int
                     parent_peer=fields.get("parent_peer", origin.parent_peer),
                 )
                 key = session_key_for(chat.agent.slug, main_key_for(moved_to))
+                taken = (
+                    Conversation.objects.filter(session_key=key, archived=False)
+                    .exclude(pk=chat.pk)
+                    .exists()
+                )
+                if taken and not chat.archived:
+                    # The new chat spoke first and has its own session: ours becomes
+                    # its earlier generation, kept and readable, never two live ones.
+                    SessionOrigin.objects.filter(pk=origin.pk).update(ended_because=MIGRATED)
+                    conversation_archive(conversation=chat)
                 Conversation.objects.filter(pk=chat.pk).update(session_key=key)
             moved += 1
         # A rule for the old group is a rule for the new one.

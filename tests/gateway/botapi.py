@@ -126,7 +126,10 @@ class FakeBotApi:
         sent = {
             "message_id": next(self._ids),
             "from": {"id": 7000000001, "is_bot": True, "first_name": "Conch"},
-            "chat": {"id": chat, "type": "private" if isinstance(chat, int) and chat > 0 else "supergroup"},
+            "chat": {
+                "id": chat,
+                "type": "private" if isinstance(chat, int) and chat > 0 else "supergroup",
+            },
             "date": 1704564400,
             "text": text,
         }

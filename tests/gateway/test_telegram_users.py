@@ -180,6 +180,23 @@ def test_a_group_that_became_a_supergroup_keeps_its_session(client, bot, service
     assert SessionOrigin.objects.get(pk=chat.pk).group_id == str(SUPERGROUP)
 
 
+def test_a_supergroup_that_spoke_before_the_move_keeps_the_groups_chat_as_its_earlier_one(
+    client, bot
+):
+    before = post(client, bot, load("group_message")).json()
+    after = post(client, bot, load("supergroup_after_migration")).json()  # before the notice
+
+    moved = post(client, bot, load("supergroup_migrate_from_chat_id"))
+
+    assert moved.json()["outcome"] == "migrated"
+    old = Conversation.objects.get(public_id=before["chat"])
+    assert old.archived
+    assert old.session_key == after["session_key"]
+    assert SessionOrigin.objects.get(pk=old.pk).ended_because == "the group became a supergroup"
+    live = Conversation.objects.get(session_key=after["session_key"], archived=False)
+    assert live.public_id == after["chat"]
+
+
 def test_replies_queued_to_the_old_group_go_to_its_new_id(
     transactional_db, client, bot, bot_api, echo
 ):
@@ -347,9 +364,7 @@ def test_a_refused_update_sent_again_is_kept_once(client, bot):
     assert InboundRecord.objects.count() == 1
 
 
-def test_a_session_key_clash_is_acknowledged_and_kept_as_refused(
-    client, owner, second_owner, bot
-):
+def test_a_session_key_clash_is_acknowledged_and_kept_as_refused(client, owner, second_owner, bot):
     post(client, bot, load("private_text"))
     theirs = ChannelAccount.objects.create(
         owner=second_owner, channel="telegram", account_id="theirbot", secret="9:x"

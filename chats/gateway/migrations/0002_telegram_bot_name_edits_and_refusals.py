@@ -4,30 +4,46 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('gateway', '0001_initial'),
+        ("gateway", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='channelaccount',
-            name='bot_username',
-            field=models.CharField(blank=True, help_text="The bot's own @name, learnt from Telegram's getMe when the account is set up: a command naming another bot (/new@otherbot) is not ours.", max_length=64),
+            model_name="channelaccount",
+            name="bot_username",
+            field=models.CharField(
+                blank=True,
+                help_text="The bot's own @name, learnt from Telegram's getMe when the account is set up: a command naming another bot (/new@otherbot) is not ours.",
+                max_length=64,
+            ),
         ),
         migrations.AddField(
-            model_name='channelaccount',
-            name='edited_messages',
-            field=models.CharField(choices=[('ignore', 'ignore: the first words were answered'), ('new', 'take it as a new message')], default='ignore', help_text='What an edit of a message already answered does.', max_length=8),
+            model_name="channelaccount",
+            name="edited_messages",
+            field=models.CharField(
+                choices=[
+                    ("ignore", "ignore: the first words were answered"),
+                    ("new", "take it as a new message"),
+                ],
+                default="ignore",
+                help_text="What an edit of a message already answered does.",
+                max_length=8,
+            ),
         ),
         migrations.AddField(
-            model_name='channelaccount',
-            name='linked_channel_posts',
-            field=models.BooleanField(default=False, help_text='Whether a post a linked channel forwards into a group starts a reply.'),
+            model_name="channelaccount",
+            name="linked_channel_posts",
+            field=models.BooleanField(
+                default=False,
+                help_text="Whether a post a linked channel forwards into a group starts a reply.",
+            ),
         ),
         migrations.AddField(
-            model_name='inboundrecord',
-            name='reason',
-            field=models.TextField(blank=True, help_text='Why it was refused or ignored, if it was.'),
+            model_name="inboundrecord",
+            name="reason",
+            field=models.TextField(
+                blank=True, help_text="Why it was refused or ignored, if it was."
+            ),
         ),
     ]

@@ -15,9 +15,9 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from chats.gateway.models import ChannelAccount
+from chats.gateway.outbox import DeliveryError
 from chats.gateway.owners import OwnerError, owner_for_command
 from chats.gateway.services import channel_account_secret_rotate, gateway_token_rotate
-from chats.gateway.outbox import DeliveryError
 from chats.gateway.telegram import CHANNEL as TELEGRAM
 from chats.gateway.telegram import telegram_bot_identify
 
