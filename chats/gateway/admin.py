@@ -31,8 +31,10 @@ from chats.gateway.models import (
     Session,
     SessionOrigin,
 )
-from chats.gateway.outbox import outbox_retry_now
+from chats.gateway.outbox import DeliveryError, outbox_retry_now
 from chats.gateway.services import channel_account_secret_rotate, session_end
+from chats.gateway.telegram import CHANNEL as TELEGRAM
+from chats.gateway.telegram import telegram_bot_identify
 from chats.models import Agent
 
 ERR_ONE_DEFAULT = "There must be exactly one default agent: make another agent the default instead."
@@ -259,10 +261,11 @@ class InboundRecordAdmin(ReadOnlyAdmin):
         "agent_slug",
         "rule",
         "outcome",
+        "reason",
         "shared_dm",
     ]
     list_filter = ["channel", "outcome", "shared_dm", "agent_slug"]
-    search_fields = ["message_id", "session_key", "rule"]
+    search_fields = ["message_id", "session_key", "rule", "reason"]
     date_hierarchy = "received_at"
 
 
@@ -300,16 +303,54 @@ class ChannelAccountForm(WriteOnlySecretMixin, forms.ModelForm):
 
     class Meta:
         model = ChannelAccount
-        fields = ["owner", "channel", "account_id", "secret"]
+        fields = [
+            "owner",
+            "channel",
+            "account_id",
+            "secret",
+            "edited_messages",
+            "linked_channel_posts",
+        ]
 
 
 @admin.register(ChannelAccount)
 class ChannelAccountAdmin(admin.ModelAdmin):
     form = ChannelAccountForm
-    list_display = ["__str__", "owner", "masked", "has_webhook_secret", "created_at"]
+    list_display = [
+        "__str__",
+        "owner",
+        "masked",
+        "bot_username",
+        "has_webhook_secret",
+        "edited_messages",
+        "created_at",
+    ]
     list_filter = ["channel"]
-    readonly_fields = ["masked"]
-    actions = ["new_webhook_secret"]
+    readonly_fields = ["masked", "bot_username"]
+    actions = ["new_webhook_secret", "learn_bot_name"]
+
+    def save_model(self, request, obj: ChannelAccount, form, change) -> None:
+        super().save_model(request, obj, form, change)
+        if obj.channel == TELEGRAM and "secret" in form.changed_data and obj.secret:
+            self._learn_bot_name(request, obj)
+
+    def _learn_bot_name(self, request, account: ChannelAccount) -> None:
+        try:
+            name = telegram_bot_identify(account)
+        except DeliveryError as exc:
+            self.message_user(
+                request,
+                f"{account}: Telegram's getMe didn't answer ({exc}); commands naming a bot "
+                "are not taken until it does (use “Learn the bot's name”).",
+                messages.WARNING,
+            )
+        else:
+            self.message_user(request, f"{account} is @{name}.")
+
+    @admin.action(description="Learn the bot's name from Telegram (getMe)")
+    def learn_bot_name(self, request, queryset) -> None:
+        for account in queryset.filter(channel=TELEGRAM):
+            self._learn_bot_name(request, account)
 
     @admin.display(boolean=True, description="webhook secret set")
     def has_webhook_secret(self, obj: ChannelAccount) -> bool:

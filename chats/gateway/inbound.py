@@ -44,6 +44,7 @@ FIELDS = (
     "channel",
     "account_id",
     "peer",
+    "sender_name",
     "chat_type",
     "group_id",
     "thread_id",
@@ -128,7 +129,9 @@ def text_check(value: str, field: str) -> str:
 class Inbound:
     """One message from a chat app or a schedule, as the gateway routes it.
 
-    ``peer`` is the sender. Which id a binding's ``peer`` is compared with is
+    ``peer`` is the sender, ``sender_name`` how they are called (a first name and
+    @username, "the group's admins"), shown where several people talk; the id
+    alone routes. Which id a binding's ``peer`` is compared with is
     :attr:`routing_peer`: the sender in a DM, the group in a group, the thread
     in a thread, the job in a cron run (as OpenClaw's peer is the conversation).
     """
@@ -139,6 +142,7 @@ class Inbound:
     text: str = ""
     account_id: str = DEFAULT_ACCOUNT
     peer: str = ""
+    sender_name: str = ""
     group_id: str = ""
     thread_id: str = ""
     parent_peer: str = ""
@@ -292,6 +296,7 @@ class InboundBody(BaseModel):
     chat_type: ChatType
     account_id: Id = DEFAULT_ACCOUNT
     peer: Id = ""
+    sender_name: Id = ""
     group_id: Id = ""
     thread_id: Id = ""
     parent_peer: Id = ""

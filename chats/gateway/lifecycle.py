@@ -18,7 +18,9 @@ from django.conf import settings
 
 from chats.gateway.models import ResetMode, ResetPolicy
 
-MANUAL_RESET = re.compile(r"^/(new|reset)(?:@\S+)?(?:\s+(.*))?$", re.IGNORECASE | re.DOTALL)
+# A bare /new or /reset. A chat app whose commands name a bot (Telegram's /new@bot)
+# drops its own bot's name before here and keeps back commands for other bots.
+MANUAL_RESET = re.compile(r"^/(new|reset)(?:\s+(.*))?$", re.IGNORECASE | re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ def due_before(policy: Policy, *, now: dt.datetime, zone: ZoneInfo) -> dt.dateti
 
 
 def manual_reset(text: str) -> tuple[str, str] | None:
-    """``/new`` or ``/reset`` (Telegram's ``/new@bot`` too): the command, and the words after it."""
+    """``/new`` or ``/reset``: the command, and the words after it."""
     match = MANUAL_RESET.match(text.strip())
     if match is None:
         return None

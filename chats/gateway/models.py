@@ -33,6 +33,7 @@ __all__ = [
     "ChannelAccount",
     "ChatType",
     "DmScope",
+    "EditedMessages",
     "GatewayConfig",
     "GatewayToken",
     "IdentityLink",
@@ -202,6 +203,13 @@ class GatewayToken(models.Model):
         return f"gateway token for {self.owner} ({state})"
 
 
+class EditedMessages(models.TextChoices):
+    """What a chat app's edit of an earlier message does (Telegram's ``edited_message``)."""
+
+    IGNORE = "ignore", "ignore: the first words were answered"
+    NEW = "new", "take it as a new message"
+
+
 class ChannelAccount(models.Model):
     """One bot account on a chat app, e.g. a Telegram bot, and whose chats it feeds."""
 
@@ -213,6 +221,22 @@ class ChannelAccount(models.Model):
     # Sealed at rest with the secrets key (chats.secretbox): the database alone reveals none.
     secret = EncryptedTextField(blank=True, help_text="The bot's token for sending replies.")
     webhook_secret_digest = models.CharField(max_length=64, blank=True, editable=False)
+    bot_username = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The bot's own @name, learnt from Telegram's getMe when the account is set up: "
+        "a command naming another bot (/new@otherbot) is not ours.",
+    )
+    edited_messages = models.CharField(
+        max_length=8,
+        choices=EditedMessages.choices,
+        default=EditedMessages.IGNORE,
+        help_text="What an edit of a message already answered does.",
+    )
+    linked_channel_posts = models.BooleanField(
+        default=False,
+        help_text="Whether a post a linked channel forwards into a group starts a reply.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -386,6 +410,7 @@ class InboundRecord(models.Model):
     agent_slug = models.CharField(max_length=64)
     rule = models.CharField(max_length=255)
     outcome = models.CharField(max_length=32)
+    reason = models.TextField(blank=True, help_text="Why it was refused or ignored, if it was.")
     shared_dm = models.BooleanField(default=False)
     received_at = models.DateTimeField(default=timezone.now)
 

@@ -40,6 +40,25 @@ def backoff(attempts: int) -> dt.timedelta:
     return dt.timedelta(seconds=min(backoff_base() * 2 ** max(attempts - 1, 0), 3600.0))
 
 
+def reply_target(
+    *,
+    chat_id: int | str,
+    message_thread_id: int | str | None = None,
+    reply_to_message_id: int | str | None = None,
+) -> dict:
+    """Where a reply goes on a chat app: the one shape every door writes and every sender reads.
+
+    ``chat_id`` is the chat; ``message_thread_id`` the thread or forum topic in it;
+    ``reply_to_message_id`` the message the reply answers (groups tie the two).
+    """
+    target: dict = {"chat_id": chat_id}
+    if message_thread_id not in (None, ""):
+        target["message_thread_id"] = message_thread_id
+    if reply_to_message_id not in (None, ""):
+        target["reply_to_message_id"] = reply_to_message_id
+    return target
+
+
 class DeliveryError(Exception):
     """A send that didn't go out. ``permanent``: retrying can't help (bad chat, bad token)."""
 

@@ -31,7 +31,7 @@ from chats.gateway.models import (
     InboundRecord,
     SessionOrigin,
 )
-from chats.gateway.outbox import outbox_enqueue, outbox_enqueue_reply
+from chats.gateway.outbox import outbox_enqueue, outbox_enqueue_reply, reply_target
 from chats.gateway.routing import Route, route_index
 from chats.gateway.selectors import (
     is_owner_peer,
@@ -52,6 +52,7 @@ from chats.models import (
     Turn,
     TurnState,
 )
+from chats.quoting import not_as_conch
 from chats.runtime.chats import (
     ConchError,
     conversation_archive,
@@ -140,12 +141,13 @@ class InboundResult:
 
 
 def default_reply_to(inbound: Inbound) -> dict:
+    """Where a message's reply goes when its door says nothing more: its chat, and its thread."""
     if inbound.chat_type == ChatType.DM:
-        return {"chat_id": inbound.peer}
+        return reply_target(chat_id=inbound.peer)
     if inbound.chat_type == ChatType.GROUP:
-        return {"chat_id": inbound.group_id}
+        return reply_target(chat_id=inbound.group_id)
     if inbound.chat_type == ChatType.THREAD:
-        return {"chat_id": inbound.thread_parent, "thread_id": inbound.thread_id}
+        return reply_target(chat_id=inbound.thread_parent, message_thread_id=inbound.thread_id)
     return {}
 
 
@@ -261,9 +263,15 @@ def session_end(*, conversation: Conversation, reason: str) -> str:
     return "archived"
 
 
+def speaker(inbound: Inbound) -> str:
+    """Who speaks, as the assistant reads it: their name on one line, never as Conch, else their id."""
+    name = " ".join(not_as_conch(inbound.sender_name).split())[: LIMITS.title_chars]
+    return name or inbound.peer
+
+
 def _message_text(inbound: Inbound, text: str) -> str:
     if inbound.chat_type in (ChatType.GROUP, ChatType.THREAD):
-        return f"{inbound.peer}: {text}"  # several people talk here: say who
+        return f"{speaker(inbound)}: {text}"  # several people talk here: say who
     return text
 
 
@@ -310,6 +318,28 @@ def inbound_receive(
         outcome,
     )
     return InboundResult(outcome=outcome, chat=chat.public_id, **base)
+
+
+def inbound_not_taken(
+    *, channel: str, account_id: str, message_id: str, outcome: str, reason: str
+) -> None:
+    """Keep an update a door chose not to take (``refused`` or ``ignored``), with why, for the
+    admin. Its id is its receipt: a redelivery of it is the same row, kept once."""
+    log.warning("inbound %s:%s:%s %s: %s", channel, account_id, message_id, outcome, reason)
+    try:
+        with transaction.atomic():
+            InboundRecord.objects.create(
+                channel=channel,
+                account_id=account_id,
+                message_id=message_id[:255],
+                session_key="",
+                agent_slug="",
+                rule="",
+                outcome=outcome,
+                reason=reason[:2000],
+            )
+    except IntegrityError:
+        pass  # kept already
 
 
 def _record_once(inbound: Inbound, route: Route, now: dt.datetime) -> InboundRecord | None:

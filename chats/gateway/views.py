@@ -13,6 +13,8 @@ forms are in :mod:`chats.gateway.forms`, its rules in :mod:`chats.gateway.playgr
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -41,10 +43,18 @@ from chats.gateway.services import (
     SessionTaken,
     channel_account_check,
     gateway_token_owner,
+    inbound_not_taken,
     inbound_receive,
 )
 from chats.gateway.telegram import CHANNEL as TELEGRAM
-from chats.gateway.telegram import SECRET_HEADER, telegram_inbound
+from chats.gateway.telegram import (
+    SECRET_HEADER,
+    Ignore,
+    Migrate,
+    telegram_chat_migrate,
+    telegram_inbound,
+    update_message_id,
+)
 from chats.limits import LIMITS
 from chats.models import Agent
 from chats.runtime.chats import ConchError, default_agent
@@ -130,6 +140,9 @@ def inbound(request: HttpRequest) -> JsonResponse:
 @csrf_exempt
 @require_POST
 def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
+    """Telegram's door. Past the secret, every update is answered 200: one we choose not to
+    take is logged and kept in the admin as refused or ignored, since any other answer makes
+    Telegram resend it for hours and hold back the updates behind it."""
     found = (
         ChannelAccount.objects.filter(channel=TELEGRAM, account_id=account)
         .select_related("owner")
@@ -141,20 +154,45 @@ def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
     # An unknown account reads the same as a wrong secret: nothing to learn by probing.
     if found is None or not channel_account_check(account=found, secret=secret):
         return _refused(ERR_BAD_SECRET, 401)
+    raw = None
+
+    def refused(message: str, field: str) -> JsonResponse:
+        inbound_not_taken(
+            channel=TELEGRAM,
+            account_id=account,
+            message_id=update_message_id(raw) or f"refused:{uuid.uuid4().hex}",
+            outcome="refused",
+            reason=f"{field}: {message}",
+        )
+        return JsonResponse({"outcome": "refused", "error": message, "field": field}, status=200)
+
     try:
-        mapped = telegram_inbound(_json_body(request), account_id=account)
-        if mapped is None:
-            return JsonResponse({"outcome": "ignored"}, status=200)
-        message, reply_to = mapped
-        return _result(inbound_receive(owner=found.owner, inbound=message, reply_to=reply_to))
-    except BodyTooLarge as exc:
-        return _refused(exc.message, 413, field=exc.field)
+        raw = _json_body(request)
+        asked = telegram_inbound(raw, account=found)
     except InboundError as exc:
-        return _refused(exc.message, 400, field=exc.field)
+        return refused(exc.message, exc.field)
+    if isinstance(asked, Migrate):
+        telegram_chat_migrate(
+            account_id=account, old_chat_id=asked.old_chat_id, new_chat_id=asked.new_chat_id
+        )
+        return JsonResponse({"outcome": "migrated"}, status=200)
+    if isinstance(asked, Ignore):
+        if asked.message_id:
+            inbound_not_taken(
+                channel=TELEGRAM,
+                account_id=account,
+                message_id=asked.message_id,
+                outcome="ignored",
+                reason=asked.reason,
+            )
+        return JsonResponse({"outcome": "ignored", "reason": asked.reason}, status=200)
+    try:
+        result = inbound_receive(owner=found.owner, inbound=asked.inbound, reply_to=asked.reply_to)
     except SessionTaken as exc:
-        return _refused(str(exc), 409, field="account_id")
+        return refused(str(exc), "account_id")
     except ConchError as exc:
-        return _refused(str(exc), 400, field="text")
+        return refused(str(exc), "text")
+    return _result(result)
 
 
 # ---------------------------------------------------------------------------

@@ -137,8 +137,8 @@ def main() -> None:
                     "text": "ping",
                 },
             }
-            inbound, reply_to = telegram_inbound(update, account_id="bot")
-            inbound_receive(owner=owner, inbound=inbound, reply_to=reply_to)
+            taken = telegram_inbound(update, account_id="bot")
+            inbound_receive(owner=owner, inbound=taken.inbound, reply_to=taken.reply_to)
             runner.nudge()
             if not api.called.wait(TIMEOUT):
                 raise SystemExit("the outbox sweep never called the Bot API")

@@ -19,7 +19,7 @@ from chats.gateway.inbound import (
 from chats.gateway.models import ChannelAccount, OutboxMessage, OutboxState
 from chats.gateway.outbox import outbox_deliver, outbox_enqueue
 from chats.gateway.services import channel_account_secret_rotate
-from chats.gateway.telegram import SECRET_HEADER, split_message, telegram_inbound
+from chats.gateway.telegram import SECRET_HEADER, Ignore, Take, split_message, telegram_inbound
 from chats.limits import LIMITS
 from chats.models import Conversation, EntryRole
 from chats.runtime.runner import drain
@@ -57,6 +57,13 @@ def update(text="hi", *, chat_id=42, chat_type="private", sender=42, message_id=
     return {"update_id": 1000 + message_id, "message": message}
 
 
+def taken(payload, **account):
+    """The inbound and its reply target, for an update that is a person's words."""
+    asked = telegram_inbound(payload, account=ChannelAccount(account_id="b", **account))
+    assert isinstance(asked, Take), asked
+    return asked.inbound, asked.reply_to
+
+
 def deliver(client, bot, payload, secret=None):
     headers = {}
     if secret is not False:
@@ -69,7 +76,7 @@ def deliver(client, bot, payload, secret=None):
 
 
 def test_a_private_message_is_a_dm_from_its_sender():
-    inbound, reply_to = telegram_inbound(update("hello", chat_id=42, sender=42), account_id="b")
+    inbound, reply_to = taken(update("hello", chat_id=42, sender=42))
     assert (inbound.channel, inbound.chat_type, inbound.peer, inbound.account_id) == (
         "telegram",
         "dm",
@@ -81,34 +88,27 @@ def test_a_private_message_is_a_dm_from_its_sender():
 
 
 def test_a_group_message_is_the_groups_with_its_sender_as_peer():
-    inbound, reply_to = telegram_inbound(
-        update(chat_id=-100500, chat_type="supergroup", sender=9), account_id="b"
-    )
+    inbound, reply_to = taken(update(chat_id=-100500, chat_type="supergroup", sender=9))
     assert (inbound.chat_type, inbound.group_id, inbound.peer) == ("group", "-100500", "9")
-    assert reply_to == {"chat_id": -100500}
+    assert reply_to == {"chat_id": -100500, "reply_to_message_id": 7}
 
 
 def test_a_forum_topic_message_is_a_thread_under_its_group():
-    inbound, reply_to = telegram_inbound(
-        update(
-            chat_id=-100500, chat_type="supergroup", message_thread_id=77, is_topic_message=True
-        ),
-        account_id="b",
+    inbound, reply_to = taken(
+        update(chat_id=-100500, chat_type="supergroup", message_thread_id=77, is_topic_message=True)
     )
     assert (inbound.chat_type, inbound.group_id, inbound.thread_id) == ("thread", "-100500", "77")
-    assert reply_to == {"chat_id": -100500, "message_thread_id": 77}
+    assert reply_to == {"chat_id": -100500, "message_thread_id": 77, "reply_to_message_id": 7}
 
 
 def test_a_reply_in_an_ordinary_group_stays_in_the_group():
-    inbound, _ = telegram_inbound(
-        update(chat_id=-1, chat_type="group", message_thread_id=5), account_id="b"
-    )
+    inbound, _ = taken(update(chat_id=-1, chat_type="group", message_thread_id=5))
     assert inbound.chat_type == "group"
 
 
-def test_an_edited_message_is_a_new_message_saying_so():
+def test_an_edited_message_taken_as_new_says_so():
     edited = {"update_id": 5, "edited_message": update("fixed")["message"] | {"edit_date": 99}}
-    inbound, _ = telegram_inbound(edited, account_id="b")
+    inbound, _ = taken(edited, edited_messages="new")
     assert inbound.message_id == "42:7:edited:99"
     assert inbound.text == "(edited) fixed"
 
@@ -126,7 +126,7 @@ def test_an_edited_message_is_a_new_message_saying_so():
 def test_updates_that_are_not_a_persons_words_are_ignored(payload):
     if payload.get("message", {}).get("text", "") is None:
         del payload["message"]["text"]
-    assert telegram_inbound(payload, account_id="b") is None
+    assert isinstance(telegram_inbound(payload, account_id="b"), Ignore)
 
 
 @pytest.mark.parametrize(
@@ -198,48 +198,53 @@ def test_a_non_message_update_is_acknowledged_and_ignored(client, bot):
     assert (response.status_code, response.json()["outcome"]) == (200, "ignored")
 
 
-def test_a_malformed_update_gets_a_400_naming_the_field(client, bot):
+def test_a_malformed_update_gets_a_200_refusal_naming_the_field(client, bot):
     response = deliver(client, bot, {"update_id": 3, "message": {"text": "x"}})
-    assert (response.status_code, response.json()["field"]) == (400, "message.chat")
+    assert (response.status_code, response.json()["field"]) == (200, "message.chat")
+    assert response.json()["outcome"] == "refused"
 
 
-def test_a_body_that_is_not_json_gets_a_400_naming_the_body(client, bot):
+def test_a_body_that_is_not_json_gets_a_200_refusal_naming_the_body(client, bot):
     response = deliver(client, bot, "{not json")
-    assert (response.status_code, response.json()["field"]) == (400, "body")
+    assert (response.status_code, response.json()["field"]) == (200, "body")
 
 
 @pytest.mark.parametrize(
     "depth", [LIMITS.inbound_depth_levels, 100_000]
 )  # 100,000: a RecursionError in json
-def test_an_update_nested_too_deeply_gets_a_400_naming_the_body(client, bot, depth):
+def test_an_update_nested_too_deeply_gets_a_200_refusal_naming_the_body(client, bot, depth):
     raw = json.dumps(update(reply_markup="@")).replace('"@"', "[" * depth + "]" * depth)
     response = deliver(client, bot, raw)
-    assert response.status_code == 400
-    assert response.json() == {"error": ERR_TOO_DEEP, "field": "body"}
+    assert response.status_code == 200
+    assert response.json() == {"outcome": "refused", "error": ERR_TOO_DEEP, "field": "body"}
     assert not Conversation.objects.exists()
 
 
 @pytest.mark.parametrize("words", ["text", "caption"])
-def test_a_lone_surrogate_in_the_words_gets_a_400_naming_them(client, bot, words):
+def test_a_lone_surrogate_in_the_words_gets_a_200_refusal_naming_them(client, bot, words):
     message = {k: v for k, v in update()["message"].items() if k != "text"} | {words: "@"}
     raw = json.dumps({"update_id": 1, "message": message}).replace('"@"', '"hi \\ud800"')
     response = deliver(client, bot, raw)
-    assert response.status_code == 400
-    assert response.json() == {"error": ERR_SURROGATE, "field": f"message.{words}"}
+    assert response.status_code == 200
+    assert response.json() == {
+        "outcome": "refused",
+        "error": ERR_SURROGATE,
+        "field": f"message.{words}",
+    }
     assert not Conversation.objects.exists()
 
 
-def test_nul_in_the_words_gets_a_400_naming_them(client, bot):
+def test_nul_in_the_words_gets_a_200_refusal_naming_them(client, bot):
     response = deliver(client, bot, update("before\x00after"))
-    assert response.status_code == 400
-    assert response.json() == {"error": ERR_NUL, "field": "message.text"}
+    assert response.status_code == 200
+    assert response.json() == {"outcome": "refused", "error": ERR_NUL, "field": "message.text"}
     assert not Conversation.objects.exists()
 
 
-def test_an_update_over_the_limit_gets_a_413_naming_the_body(client, bot):
+def test_an_update_over_the_limit_gets_a_200_refusal_naming_the_body(client, bot):
     response = deliver(client, bot, update("x" * (10 * 1024 * 1024)))  # 10 MB
-    assert response.status_code == 413
-    assert response.json() == {"error": ERR_TOO_BIG, "field": "body"}
+    assert response.status_code == 200
+    assert response.json() == {"outcome": "refused", "error": ERR_TOO_BIG, "field": "body"}
     assert not Conversation.objects.exists()
 
 
@@ -294,7 +299,12 @@ def test_a_topic_reply_goes_back_to_its_topic(transactional_db, client, bot, bot
     outbox_deliver()
     assert bot_api.called.wait(10)
     [(_, body)] = bot_api.calls
-    assert body == {"chat_id": -100, "text": "echo: 42: in topic", "message_thread_id": 5}
+    assert body == {
+        "chat_id": -100,
+        "text": "echo: Alice: in topic",
+        "message_thread_id": 5,
+        "reply_parameters": {"message_id": 7, "allow_sending_without_reply": True},
+    }
 
 
 def test_new_over_telegram_is_acknowledged(transactional_db, client, bot, bot_api):
@@ -450,7 +460,8 @@ def test_a_message_never_lands_in_another_persons_chat(client, owner, second_own
         content_type="application/json",
         **{f"HTTP_{SECRET_HEADER.upper().replace('-', '_')}": secret},
     )
-    assert response.status_code == 409  # same key under per-channel-peer: refused, not joined
+    # Same key under per-channel-peer: refused, not joined; Telegram still hears 200.
+    assert (response.status_code, response.json()["outcome"]) == (200, "refused")
     chat = Conversation.objects.get()
     assert chat.owner == owner
     assert list(chat.entries.values_list("text", flat=True)) == ["mine"]

@@ -3,7 +3,9 @@
 The token is printed once and only its digest is kept. With ``--telegram
 ACCOUNT`` it makes that Telegram account's webhook secret instead (the
 ``secret_token`` to give ``setWebhook``), creating the account if needed;
-``--bot-token-stdin`` reads the bot's token from stdin for sending replies.
+``--bot-token-stdin`` reads the bot's token from stdin for sending replies, and
+asks Telegram (``getMe``) for the bot's @name, kept so that commands naming
+another bot are not taken as ours.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ import sys
 from django.core.management.base import BaseCommand, CommandError
 
 from chats.gateway.models import ChannelAccount
+from chats.gateway.outbox import DeliveryError
 from chats.gateway.owners import OwnerError, owner_for_command
 from chats.gateway.services import channel_account_secret_rotate, gateway_token_rotate
 from chats.gateway.telegram import CHANNEL as TELEGRAM
+from chats.gateway.telegram import telegram_bot_identify
 
 
 class Command(BaseCommand):
@@ -52,6 +56,15 @@ class Command(BaseCommand):
                 raise CommandError("--bot-token-stdin: stdin gave no token.")
             account.secret = bot_token
             account.save(update_fields=["secret"])
+            try:
+                name = telegram_bot_identify(account)
+            except DeliveryError as exc:
+                self.stderr.write(
+                    f"Telegram's getMe didn't answer ({exc}): commands naming a bot "
+                    "(/new@bot) are not taken until the bot's name is known; run this again."
+                )
+            else:
+                self.stderr.write(f"The bot is @{name}.")
         secret = channel_account_secret_rotate(account=account)
         self.stdout.write(secret)
         self.stderr.write(
