@@ -24,9 +24,10 @@ from django.db import transaction
 from django.db.models import F, TextField
 from django.db.models.functions import Cast
 
+from chats.gateway.ids import GROUP, fold_id, kind_class
 from chats.gateway.inbound import Inbound
 from chats.gateway.keys import is_shared_dm, main_key_for, session_key_for
-from chats.gateway.ladder import CompiledBinding, Tier, compile_binding
+from chats.gateway.ladder import CompiledBinding, Probe, Tier, compile_binding
 from chats.gateway.models import Binding, DmScope, GatewayConfig, IdentityLink
 from chats.gateway.selectors import gateway_config
 from chats.models import Agent
@@ -111,6 +112,7 @@ class RouteIndex:
         self.version = version
         self.peer: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.parent: dict[tuple[str, str], list[CompiledBinding]] = {}
+        self.wildcard: dict[tuple[str, str], list[CompiledBinding]] = {}  # by (channel, kind)
         self.guild_roles: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.guild: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.team: dict[tuple[str, str], list[CompiledBinding]] = {}
@@ -124,8 +126,10 @@ class RouteIndex:
             tier = binding.tier
             if tier == Tier.PEER:
                 self.peer.setdefault((binding.channel, binding.peer), []).append(binding)
-                if not binding.parent_peer:
+                if not binding.parent_peer and binding.kind in (None, GROUP):
                     self.parent.setdefault((binding.channel, binding.peer), []).append(binding)
+            elif tier == Tier.WILDCARD_PEER:
+                self.wildcard.setdefault((binding.channel, binding.kind or ""), []).append(binding)
             elif tier == Tier.PARENT_PEER:
                 self.parent.setdefault((binding.channel, binding.parent_peer), []).append(binding)
             elif tier == Tier.GUILD_ROLES:
@@ -173,6 +177,7 @@ class RouteIndex:
                     channel=b.channel,
                     account_id=b.account_id,
                     peer=b.peer,
+                    peer_kind=getattr(b, "peer_kind", ""),
                     parent_peer=b.parent_peer,
                     guild_id=b.guild_id,
                     roles=b.roles,
@@ -206,6 +211,7 @@ class RouteIndex:
             "channel",
             "account_id",
             "peer",
+            "peer_kind",
             "parent_peer",
             "guild_id",
             Cast("roles", output_field=TextField()),
@@ -220,15 +226,16 @@ class RouteIndex:
                     channel=row[2],
                     account_id=row[3],
                     peer=row[4],
-                    parent_peer=row[5],
-                    guild_id=row[6],
-                    roles=_roles_from_text(row[7]),
-                    team_id=row[8],
+                    peer_kind=row[5],
+                    parent_peer=row[6],
+                    guild_id=row[7],
+                    roles=_roles_from_text(row[8]),
+                    team_id=row[9],
                 )
                 for row in rows.iterator(chunk_size=5_000)
             ]
         links = {
-            (channel.lower(), peer): name
+            (channel.lower(), fold_id(channel.lower(), peer)): name
             for channel, peer, name in IdentityLink.objects.values_list("channel", "peer", "name")
         }
         with _no_gc_pauses():
@@ -244,34 +251,47 @@ class RouteIndex:
     def winner(self, inbound: Inbound) -> tuple[CompiledBinding | None, Tier]:
         """The first tier down the ladder with a binding that fits."""
         channel = inbound.channel
-        peer = inbound.routing_peer
+        probe = Probe(
+            inbound.account_id,
+            fold_id(channel, inbound.routing_peer),
+            kind_class(inbound.peer_kind),
+            fold_id(channel, inbound.thread_parent),
+            inbound.guild_id,
+            inbound.member_roles,
+            inbound.team_id,
+        )
+        peer = probe.peer
         if peer:
             for binding in self.peer.get((channel, peer), _NO_BINDINGS):
-                if binding.fits(inbound):
+                if binding.fits(probe):
                     return binding, Tier.PEER
-        parent = inbound.thread_parent
+        parent = probe.parent
         if parent:
             for binding in self.parent.get((channel, parent), _NO_BINDINGS):
-                if binding.fits(inbound, inherited=binding.tier == Tier.PEER):
+                if binding.fits(probe, inherited=binding.tier == Tier.PEER):
                     return binding, Tier.PARENT_PEER
-        guild = inbound.guild_id
+        if peer:
+            for binding in self.wildcard.get((channel, probe.kind or ""), _NO_BINDINGS):
+                if binding.fits(probe):
+                    return binding, Tier.WILDCARD_PEER
+        guild = probe.guild
         if guild:
-            if inbound.member_roles:
+            if probe.roles:
                 for binding in self.guild_roles.get((channel, guild), _NO_BINDINGS):
-                    if binding.fits(inbound):
+                    if binding.fits(probe):
                         return binding, Tier.GUILD_ROLES
             for binding in self.guild.get((channel, guild), _NO_BINDINGS):
-                if binding.fits(inbound):
+                if binding.fits(probe):
                     return binding, Tier.GUILD
-        if inbound.team_id:
-            for binding in self.team.get((channel, inbound.team_id), _NO_BINDINGS):
-                if binding.fits(inbound):
+        if probe.team:
+            for binding in self.team.get((channel, probe.team), _NO_BINDINGS):
+                if binding.fits(probe):
                     return binding, Tier.TEAM
-        for binding in self.account.get((channel, inbound.account_id), _NO_BINDINGS):
-            if binding.fits(inbound):
+        for binding in self.account.get((channel, probe.account), _NO_BINDINGS):
+            if binding.fits(probe):
                 return binding, Tier.ACCOUNT
         for binding in self.channel.get(channel, _NO_BINDINGS):
-            if binding.fits(inbound):
+            if binding.fits(probe):
                 return binding, Tier.CHANNEL
         return None, Tier.DEFAULT
 
