@@ -92,6 +92,10 @@ class Binding(models.Model):
     team_id = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
+    class Meta:
+        # The routing index reads one channel's bindings at a time.
+        indexes = [models.Index(fields=["channel"], name="binding_by_channel")]
+
     def __str__(self) -> str:
         parts = [f"{k}={v}" for k, v in self.match_fields().items()]
         return f"{' '.join(parts)} → {self.agent.slug}"

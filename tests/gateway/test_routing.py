@@ -313,3 +313,44 @@ def test_a_second_default_agent_cannot_exist(personas):
 
     with pytest.raises(IntegrityError), transaction.atomic():
         AgentFactory(slug="other", is_default=True)
+
+
+def test_a_cold_start_reads_no_bindings_and_each_channel_is_read_once(
+    personas, django_assert_num_queries
+):
+    Binding.objects.bulk_create(
+        [Binding(agent=personas["work"], channel="slack", peer=f"p{i}", peer_kind="direct")
+         for i in range(50)]
+        + [Binding(agent=personas["home"], channel="telegram", account_id="*")]
+    )  # fmt: skip
+    with django_assert_num_queries(4):  # settings, default agent, agents, identity links
+        index = RouteIndex.load()
+    with django_assert_num_queries(1):  # slack's fifty bindings, in one query
+        assert index.resolve(message(channel="slack", peer="p7")).agent.slug == "work"
+    with django_assert_num_queries(0):  # slack is indexed now
+        assert index.resolve(message(channel="slack", peer="p8")).rule.tier == Tier.PEER
+    with django_assert_num_queries(1):
+        assert index.resolve(message(channel="telegram", peer="x")).rule.tier == Tier.CHANNEL
+    assert index.count == 51
+
+
+def test_a_stored_binding_reads_back_as_the_ladder_compiles_it(personas):
+    made = [
+        Binding.objects.create(agent=personas["work"], channel="Slack", peer="U1", peer_kind="group"),
+        Binding.objects.create(agent=personas["work"], channel="slack", peer="*", peer_kind="direct"),
+        Binding.objects.create(agent=personas["home"], channel="slack", account_id=" Prod/US "),
+        Binding.objects.create(agent=personas["home"], channel="slack", account_id="*"),
+        Binding.objects.create(agent=personas["home"], channel="slack"),
+        Binding.objects.create(
+            agent=personas["home"], channel="discord", guild_id="G", roles=["mod", 7]
+        ),
+    ]  # fmt: skip
+    index = RouteIndex.load()
+    index.load_every_channel()
+    stored = sorted(
+        (b for table in (index.peer, index.wildcard, index.account, index.guild_roles)
+         for bs in table.values() for b in bs),
+        key=lambda b: b.id,
+    ) + index.channel["slack"]  # fmt: skip
+    expected = [b._compiled() for b in made]
+    assert sorted(stored, key=lambda b: b.id) == sorted(expected, key=lambda b: b.id)

@@ -100,5 +100,9 @@ class Migration(migrations.Migration):
                 blank=True, help_text='"*" for any peer of its kind.', max_length=128
             ),
         ),
+        migrations.AddIndex(
+            model_name="binding",
+            index=models.Index(fields=["channel"], name="binding_by_channel"),
+        ),
         migrations.RunPython(forwards, migrations.RunPython.noop),
     ]
