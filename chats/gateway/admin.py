@@ -16,7 +16,7 @@ from django.forms.models import BaseInlineFormSet
 
 from chats.admin import AgentAdmin, ReadOnlyAdmin
 from chats.forms import WriteOnlySecretMixin
-from chats.gateway.ladder import binding_conflicts, compile_binding
+from chats.gateway.ladder import ERR_TIE, binding_conflicts, compile_binding
 from chats.gateway.models import (
     Binding,
     ChannelAccount,
@@ -91,6 +91,7 @@ class BindingFormSet(BaseInlineFormSet):
                 channel=data["channel"],
                 account_id=data.get("account_id", ""),
                 peer=data.get("peer", ""),
+                peer_kind=data.get("peer_kind", ""),
                 parent_peer=data.get("parent_peer", ""),
                 guild_id=data.get("guild_id", ""),
                 roles=data.get("roles") or [],
@@ -100,8 +101,7 @@ class BindingFormSet(BaseInlineFormSet):
             if clashes:
                 other, tier = clashes[0]
                 raise ValidationError(
-                    f"“{compiled.label}” and “{other.label}” would tie: both are {tier} rules "
-                    "for the same messages."
+                    ERR_TIE.format(this=compiled.label, other=other.label, tier=tier)
                 )
             seen.append(compiled)
 
@@ -110,7 +110,16 @@ class BindingInline(admin.TabularInline):
     model = Binding
     formset = BindingFormSet
     extra = 0
-    fields = ["channel", "account_id", "peer", "parent_peer", "guild_id", "roles", "team_id"]
+    fields = [
+        "channel",
+        "account_id",
+        "peer",
+        "peer_kind",
+        "parent_peer",
+        "guild_id",
+        "roles",
+        "team_id",
+    ]
 
 
 class GatewayAgentAdmin(AgentAdmin):
@@ -135,8 +144,17 @@ admin.site.register(Agent, GatewayAgentAdmin)
 
 @admin.register(Binding)
 class BindingAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "agent", "channel", "account_id", "peer", "guild_id", "team_id"]
-    list_filter = ["channel", "agent"]
+    list_display = [
+        "__str__",
+        "agent",
+        "channel",
+        "account_id",
+        "peer",
+        "peer_kind",
+        "guild_id",
+        "team_id",
+    ]
+    list_filter = ["channel", "peer_kind", "agent"]
     search_fields = ["peer", "parent_peer", "guild_id", "team_id", "account_id"]
 
 

@@ -13,9 +13,17 @@ from typing import Any
 
 from django import forms
 
+from chats.gateway.ids import ANY_PEER
 from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
-from chats.gateway.ladder import CHANNEL_PATTERN, ERR_CHANNEL, ERR_ROLES_NEED_GUILD
-from chats.gateway.models import DmScope
+from chats.gateway.ladder import (
+    CHANNEL_PATTERN,
+    ERR_CHANNEL,
+    ERR_KIND,
+    ERR_KIND_NEEDED,
+    ERR_ROLES_NEED_GUILD,
+    ERR_WILDCARD_PARENT,
+)
+from chats.gateway.models import DmScope, PeerKind
 from chats.gateway.playground import AGENT_PATTERN, ERR_AGENT, ERR_SCOPE, PlaygroundError
 from chats.limits import LIMITS
 
@@ -50,12 +58,16 @@ class PlaygroundScopeForm(forms.Form):
 
 
 class PlaygroundBindingForm(forms.Form):
-    """One playground binding. Roles are typed as a list: ``mod, admin``."""
+    """One playground binding. Roles are typed as a list: ``mod, admin``.
+
+    A peer needs its kind; without a peer the kind the page sent is dropped.
+    """
 
     agent = forms.CharField(required=False)
     channel = _id_field()
     account_id = _id_field()
     peer = _id_field()
+    peer_kind = forms.CharField(required=False)
     parent_peer = _id_field()
     guild_id = _id_field()
     team_id = _id_field()
@@ -72,6 +84,22 @@ class PlaygroundBindingForm(forms.Form):
         if not CHANNEL_PATTERN.match(channel):
             raise forms.ValidationError(ERR_CHANNEL)
         return channel
+
+    def clean_peer_kind(self) -> str:
+        kind = self.cleaned_data["peer_kind"].strip().lower()
+        if kind and kind not in PeerKind.values:
+            raise forms.ValidationError(ERR_KIND)
+        if not self.cleaned_data.get("peer"):
+            return ""
+        if not kind:
+            raise forms.ValidationError(ERR_KIND_NEEDED)
+        return kind
+
+    def clean_parent_peer(self) -> str:
+        parent = self.cleaned_data["parent_peer"]
+        if parent and self.cleaned_data.get("peer", "").strip() == ANY_PEER:
+            raise forms.ValidationError(ERR_WILDCARD_PARENT)
+        return parent
 
     def clean_roles(self) -> list[str]:
         roles = _roles(self.cleaned_data["roles"])

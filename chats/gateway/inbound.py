@@ -26,11 +26,18 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from chats.gateway.ids import CHANNEL, CRON, DEFAULT_ACCOUNT, DIRECT, GROUP, normalize_account_id
 from chats.gateway.ladder import CHANNEL_PATTERN
 from chats.gateway.models import ChatType
 from chats.limits import LIMITS
 
-DEFAULT_ACCOUNT = "default"
+# The kind of peer each chat type's routing peer is (a thread is a channel, as in OpenClaw).
+PEER_KIND = {
+    ChatType.DM: DIRECT,
+    ChatType.GROUP: GROUP,
+    ChatType.THREAD: CHANNEL,
+    ChatType.CRON: CRON,
+}
 
 ERR_NOT_JSON = "must be JSON ({detail})."
 ERR_TOO_DEEP = (
@@ -160,6 +167,11 @@ class Inbound:
         if self.chat_type == ChatType.CRON:
             return self.job_id
         return self.peer
+
+    @property
+    def peer_kind(self) -> str:
+        """The kind of :attr:`routing_peer`: ``direct``, ``group``, ``channel`` or ``cron``."""
+        return PEER_KIND[self.chat_type]
 
     @property
     def thread_parent(self) -> str:
@@ -312,7 +324,7 @@ class InboundBody(BaseModel):
     def _one_account(cls, value: str) -> str:
         if value == "*":
             raise _refuse(ERR_ACCOUNT_STAR)
-        return value or DEFAULT_ACCOUNT
+        return normalize_account_id(value)
 
     @model_validator(mode="after")
     def _what_each_chat_type_needs(self) -> InboundBody:

@@ -3,27 +3,42 @@
 ``agent:<agentId>:<mainKey>``, where the main key is
 
 - a DM, by ``dmScope``: ``dm:shared`` | ``dm:<peer>`` | ``dm:<channel>:<peer>``
-  (the default) | ``dm:<channel>:<account>:<peer>``; a peer with an identity
-  link is ``dm:linked:<name>`` under every scope but ``shared``;
+  (the default) | ``dm:<channel>:<account>:<peer>``. A peer with an identity
+  link is ``linked:<name>`` in the peer's place, so the scope's other parts
+  stay: under ``per-channel-peer`` a linked person still has one session per
+  channel (``dm:<channel>:linked:<name>``), under ``per-peer`` one in all
+  (``dm:linked:<name>``), as OpenClaw's ``identityLinks`` do;
 - a group: ``group:<channel>:<group>``, whatever the ``dmScope``;
 - a thread: ``thread:<channel>:<parent>:<thread>``, its own session;
 - a cron run: ``cron:<job>:<run>``, fresh every run (the run is its message id).
 
-Each part is escaped (``%`` and ``:``), so no two origins share a key by
-smuggling a colon into an id.
+No two origins share a key (:func:`key_part`): each part is escaped (``%`` and
+``:``), and a part that would read as one of the key's own words (``shared``,
+``linked``) has its first letter escaped, so a DM from ``alice`` on a channel
+named ``linked`` is not the linked person ``alice``. The account is normalized
+and, on channels whose ids ignore case, peer, group and thread ids are folded
+(:mod:`chats.gateway.ids`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from chats.gateway.ids import fold_id, normalize_account_id
 from chats.gateway.inbound import Inbound
 from chats.gateway.models import ChatType, DmScope
 
+SHARED, LINKED = "shared", "linked"
+# Words a key spells itself; a name equal to one is escaped so it can't be read as one.
+RESERVED_PARTS = frozenset({SHARED, LINKED})
 
-def _part(value: str) -> str:
+
+def key_part(value: str) -> str:
+    """One name as a key part: ``%`` and ``:`` escaped, and a reserved word's first letter."""
     if "%" in value or ":" in value:
-        return value.replace("%", "%25").replace(":", "%3A")
+        value = value.replace("%", "%25").replace(":", "%3A")
+    if value in RESERVED_PARTS:
+        value = f"%{ord(value[0]):02X}{value[1:]}"
     return value
 
 
@@ -33,27 +48,30 @@ def main_key_for(
     dm_scope: str = DmScope.PER_CHANNEL_PEER,
     identity_links: Mapping[tuple[str, str], str] | None = None,
 ) -> str:
-    """The conversation's own key, before the agent's namespace."""
-    channel = _part(inbound.channel)
+    """The conversation's own key, before the agent's namespace.
+
+    ``identity_links`` map ``(channel, folded peer)`` to a person's one name.
+    """
+    raw_channel = inbound.channel
+    channel = key_part(raw_channel)
     kind = inbound.chat_type
     if kind == ChatType.GROUP:
-        return f"group:{channel}:{_part(inbound.group_id)}"
+        return f"group:{channel}:{key_part(fold_id(raw_channel, inbound.group_id))}"
     if kind == ChatType.THREAD:
-        return f"thread:{channel}:{_part(inbound.thread_parent)}:{_part(inbound.thread_id)}"
+        parent = key_part(fold_id(raw_channel, inbound.thread_parent))
+        return f"thread:{channel}:{parent}:{key_part(fold_id(raw_channel, inbound.thread_id))}"
     if kind == ChatType.CRON:
-        return f"cron:{_part(inbound.job_id)}:{_part(inbound.message_id)}"
+        return f"cron:{key_part(inbound.job_id)}:{key_part(inbound.message_id)}"
     if dm_scope == DmScope.SHARED:
-        return "dm:shared"
-    if identity_links:
-        linked = identity_links.get((inbound.channel, inbound.peer))
-        if linked:
-            return f"dm:linked:{_part(linked)}"
-    peer = _part(inbound.peer)
+        return f"dm:{SHARED}"
+    peer = fold_id(raw_channel, inbound.peer)
+    linked = identity_links.get((raw_channel, peer)) if identity_links else None
+    who = f"{LINKED}:{key_part(linked)}" if linked else key_part(peer)
     if dm_scope == DmScope.PER_PEER:
-        return f"dm:{peer}"
+        return f"dm:{who}"
     if dm_scope == DmScope.PER_ACCOUNT_CHANNEL_PEER:
-        return f"dm:{channel}:{_part(inbound.account_id)}:{peer}"
-    return f"dm:{channel}:{peer}"
+        return f"dm:{channel}:{key_part(normalize_account_id(inbound.account_id))}:{who}"
+    return f"dm:{channel}:{who}"
 
 
 def session_key_for(agent_slug: str, main_key: str) -> str:

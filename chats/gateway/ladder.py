@@ -12,7 +12,16 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
+
+from chats.gateway.ids import (
+    ANY_PEER,
+    DEFAULT_ACCOUNT,
+    GROUP,
+    binding_account,
+    fold_id,
+    kind_class,
+)
 
 CHANNEL_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
@@ -20,6 +29,7 @@ CHANNEL_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 class Tier(enum.StrEnum):
     PEER = "peer"
     PARENT_PEER = "parentPeer"
+    WILDCARD_PEER = "wildcardPeer"
     GUILD_ROLES = "guild+roles"
     GUILD = "guild"
     TEAM = "team"
@@ -30,27 +40,36 @@ class Tier(enum.StrEnum):
 
 LADDER = tuple(Tier)
 
-ERR_TIE = "“{this}” and “{other}” would tie: both are {tier} rules for the same messages. Change one, or delete one."
+# Why a tie is refused, not settled: the words the admin, Binding.clean and the playground say.
+ERR_TIE = (
+    "“{this}” and “{other}” would tie: both are {tier} rules for the same messages, and "
+    "nothing would say which wins but the order they were added in. Change one, or delete one."
+)
 ERR_ROLES_NEED_GUILD = "Roles belong to a guild: set guild_id too."
 ERR_CHANNEL = "A channel is letters, digits, - or _ (at most 32)."
+ERR_KIND_NEEDED = (
+    'A peer needs its kind: direct, group, channel or cron ("*" too: any of that kind).'
+)
+ERR_KIND_WITHOUT_PEER = (
+    'A peer kind goes with a peer: set peer too ("*" for any peer of that kind).'
+)
+ERR_KIND = "A peer kind is direct, group, channel or cron."
+ERR_WILDCARD_PARENT = 'A "*" peer is any peer of its kind: it takes no parent peer.'
 
 
 _NO_ROLES: frozenset[str] = frozenset()
 
 
-class Origin(Protocol):
-    """What the ladder reads of an inbound message (:class:`chats.gateway.inbound.Inbound`)."""
+class Probe(NamedTuple):
+    """What the ladder reads of one inbound message, spelled as bindings are (ids folded)."""
 
-    account_id: str
-    guild_id: str
-    member_roles: tuple[str, ...]
-    team_id: str
-
-    @property
-    def routing_peer(self) -> str: ...
-
-    @property
-    def thread_parent(self) -> str: ...
+    account: str
+    peer: str
+    kind: str | None  # its kind class: "direct", "group" (group or channel) or "cron"
+    parent: str
+    guild: str
+    roles: tuple[str, ...]
+    team: str
 
 
 class CompiledBinding(NamedTuple):
@@ -61,8 +80,9 @@ class CompiledBinding(NamedTuple):
     agent_slug: str
     tier: Tier
     channel: str
-    account: str | None  # None: any account ("" or "*")
-    peer: str
+    account: str | None  # None: any account ("*"); "" in the row is the default account
+    peer: str  # "*": any peer of its kind
+    kind: str | None  # the peer's kind class; None: any kind (a row saved before kinds)
     parent_peer: str
     guild: str
     roles: frozenset[str]
@@ -70,14 +90,15 @@ class CompiledBinding(NamedTuple):
 
     @property
     def label(self) -> str:
-        """Its words, e.g. ``peer: slack peer mom → work``."""
+        """Its words, e.g. ``peer: slack peer direct:mom → work``."""
         parts = [self.channel]
-        if self.account is not None:
-            parts.append(f"account {self.account}")
-        elif self.tier == Tier.CHANNEL:
+        if self.account is None:
             parts.append('account "*"')
+        elif self.account != DEFAULT_ACCOUNT:
+            parts.append(f"account {self.account}")
+        if self.peer:
+            parts.append(f"peer {self.kind or 'any kind'}:{self.peer}")
         for name, value in (
-            ("peer", self.peer),
             ("parent", self.parent_peer),
             ("guild", self.guild),
             ("team", self.team),
@@ -88,32 +109,44 @@ class CompiledBinding(NamedTuple):
             parts.append("roles " + ",".join(sorted(self.roles)))
         return f"{self.tier}: {' '.join(parts)} → {self.agent_slug}"
 
-    def fits(self, inbound: Origin, *, inherited: bool = False) -> bool:
+    def fits(self, probe: Probe, *, inherited: bool = False) -> bool:
         """Every field this binding sets matches (``inherited``: its peer is the thread's parent)."""
-        if self.account is not None and self.account != inbound.account_id:
+        if self.account is not None and self.account != probe.account:
             return False
-        if self.peer and self.peer != (
-            inbound.thread_parent if inherited else inbound.routing_peer
-        ):
+        if inherited:
+            if self.peer != probe.parent or self.kind not in (None, GROUP):
+                return False  # a thread's parent is a group or channel, never a DM
+        elif self.peer:
+            if self.peer != ANY_PEER and self.peer != probe.peer:
+                return False
+            if self.kind is not None and self.kind != probe.kind:
+                return False
+        if self.parent_peer and self.parent_peer != probe.parent:
             return False
-        if self.parent_peer and self.parent_peer != inbound.thread_parent:
+        if self.guild and self.guild != probe.guild:
             return False
-        if self.guild and self.guild != inbound.guild_id:
+        if self.roles and self.roles.isdisjoint(probe.roles):
             return False
-        if self.roles and self.roles.isdisjoint(inbound.member_roles):
-            return False
-        return not (self.team and self.team != inbound.team_id)
+        return not (self.team and self.team != probe.team)
 
     def slots(self) -> list[tuple[Tier, str, dict[str, str | None]]]:
         """Where this binding can win, each with the constraints left to match there."""
         others = {"account": self.account, "guild": self.guild or None, "team": self.team or None}
         if self.tier == Tier.PEER:
-            slots = [(Tier.PEER, self.peer, {**others, "parent_peer": self.parent_peer or None})]
-            if not self.parent_peer:  # threads under this peer inherit it
-                slots.append((Tier.PARENT_PEER, self.peer, others))
+            slots = [
+                (
+                    Tier.PEER,
+                    self.peer,
+                    {**others, "parent_peer": self.parent_peer or None, "kind": self.kind},
+                )
+            ]
+            if not self.parent_peer and self.kind in (None, GROUP):
+                slots.append((Tier.PARENT_PEER, self.peer, others))  # threads under it inherit
             return slots
         if self.tier == Tier.PARENT_PEER:
             return [(Tier.PARENT_PEER, self.parent_peer, others)]
+        if self.tier == Tier.WILDCARD_PEER:
+            return [(Tier.WILDCARD_PEER, self.kind or "", others)]
         if self.tier == Tier.GUILD_ROLES:
             # Any two role sets can meet in one member, so roles never tell two apart.
             return [
@@ -136,19 +169,22 @@ def compile_binding(
     channel: str,
     account_id: str = "",
     peer: str = "",
+    peer_kind: str = "",
     parent_peer: str = "",
     guild_id: str = "",
     roles: Iterable[Any] | None = (),
     team_id: str = "",
 ) -> CompiledBinding:
     channel = (channel or "").strip().lower()
-    account = (account_id or "").strip()
-    peer = (peer or "").strip()
-    parent_peer = (parent_peer or "").strip()
+    account = binding_account(account_id)
+    peer = fold_id(channel, (peer or "").strip())
+    parent_peer = fold_id(channel, (parent_peer or "").strip())
     guild = (guild_id or "").strip()
     team = (team_id or "").strip()
     role_set = frozenset(r for r in (str(r).strip() for r in roles) if r) if roles else _NO_ROLES
-    if peer:
+    if peer == ANY_PEER:
+        tier = Tier.WILDCARD_PEER
+    elif peer:
         tier = Tier.PEER
     elif parent_peer:
         tier = Tier.PARENT_PEER
@@ -156,7 +192,7 @@ def compile_binding(
         tier = Tier.GUILD_ROLES if role_set else Tier.GUILD
     elif team:
         tier = Tier.TEAM
-    elif account and account != "*":
+    elif account is not None:
         tier = Tier.ACCOUNT
     else:
         tier = Tier.CHANNEL
@@ -166,8 +202,9 @@ def compile_binding(
         agent_slug,
         tier,
         channel,
-        None if account in ("", "*") else account,
+        account,
         peer,
+        kind_class(peer_kind) if peer else None,
         parent_peer,
         guild,
         role_set,

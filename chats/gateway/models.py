@@ -15,11 +15,18 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from chats.gateway.ids import ANY_ACCOUNT, ANY_PEER, CHANNEL, CRON, DIRECT, GROUP, fold_id
+from chats.gateway.ids import normalize_account_id as _normalize_account_id
 from chats.gateway.ladder import (
     CHANNEL_PATTERN,
     ERR_CHANNEL,
+    ERR_KIND,
+    ERR_KIND_NEEDED,
+    ERR_KIND_WITHOUT_PEER,
     ERR_ROLES_NEED_GUILD,
     ERR_TIE,
+    ERR_WILDCARD_PARENT,
+    Tier,
     binding_conflicts,
     compile_binding,
 )
@@ -42,6 +49,7 @@ __all__ = [
     "OutboxMessage",
     "OutboxState",
     "OwnerIdentity",
+    "PeerKind",
     "ResetMode",
     "ResetPolicy",
     "Session",
@@ -49,18 +57,45 @@ __all__ = [
 ]
 
 
+class PeerKind(models.TextChoices):
+    """What a binding's peer is (OpenClaw's peer kinds, and Conch's cron jobs).
+
+    ``group`` and ``channel`` match each other; ``direct`` never meets them, so a
+    group binding never catches a DM from a user with the same id.
+    """
+
+    DIRECT = DIRECT, "direct: a person's DM"
+    GROUP = GROUP, "group"
+    CHANNEL = CHANNEL, "channel (or a thread in one)"
+    CRON = CRON, "cron: a scheduled job"
+
+
 class Binding(models.Model):
     """A rule mapping an inbound origin to an agent. Every field it sets must match."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="bindings")
     channel = models.CharField(max_length=32)
-    account_id = models.CharField(max_length=128, blank=True, help_text='"*" for any account.')
-    peer = models.CharField(max_length=128, blank=True)
+    account_id = models.CharField(
+        max_length=128,
+        blank=True,
+        help_text='Empty: the channel\'s default account. "*" for any account.',
+    )
+    peer = models.CharField(max_length=128, blank=True, help_text='"*" for any peer of its kind.')
+    peer_kind = models.CharField(
+        max_length=8,
+        choices=PeerKind.choices,
+        blank=True,
+        help_text="Needed with a peer. Empty on a peer saved before kinds: any kind, as then.",
+    )
     parent_peer = models.CharField(max_length=128, blank=True)
     guild_id = models.CharField(max_length=128, blank=True)
     roles = models.JSONField(default=list, blank=True)
     team_id = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        # The routing index reads one channel's bindings at a time.
+        indexes = [models.Index(fields=["channel"], name="binding_by_channel")]
 
     def __str__(self) -> str:
         parts = [f"{k}={v}" for k, v in self.match_fields().items()]
@@ -68,7 +103,7 @@ class Binding(models.Model):
 
     def match_fields(self) -> dict[str, object]:
         fields: dict[str, object] = {"channel": self.channel}
-        for name in ("account_id", "peer", "parent_peer", "guild_id", "team_id"):
+        for name in ("account_id", "peer", "peer_kind", "parent_peer", "guild_id", "team_id"):
             value = getattr(self, name)
             if value:
                 fields[name] = value
@@ -85,6 +120,20 @@ class Binding(models.Model):
         if not CHANNEL_PATTERN.match(channel):
             raise ValidationError({"channel": ERR_CHANNEL})
         self.channel = channel
+        account = (self.account_id or "").strip()
+        if account and account != ANY_ACCOUNT:
+            account = _normalize_account_id(account)
+        self.account_id = account
+        self.peer = fold_id(channel, (self.peer or "").strip())
+        self.parent_peer = fold_id(channel, (self.parent_peer or "").strip())
+        if self.peer_kind and self.peer_kind not in PeerKind.values:
+            raise ValidationError({"peer_kind": ERR_KIND})
+        if self.peer and not self.peer_kind and (self._state.adding or self._peer_changed()):
+            raise ValidationError({"peer_kind": ERR_KIND_NEEDED})
+        if self.peer_kind and not self.peer:
+            raise ValidationError({"peer_kind": ERR_KIND_WITHOUT_PEER})
+        if self.peer == ANY_PEER and (self.parent_peer or "").strip():
+            raise ValidationError({"parent_peer": ERR_WILDCARD_PARENT})
         roles = self.roles or []
         if not isinstance(roles, list) or not all(isinstance(r, str | int) for r in roles):
             raise ValidationError({"roles": ERR_ROLES_LIST})
@@ -95,6 +144,8 @@ class Binding(models.Model):
         candidate = self._compiled(roles=roles)
         keys = {key for _, key, _ in candidate.slots() if key}
         near = Q(peer="", parent_peer="", guild_id="", team_id="")  # account and channel rules
+        if candidate.tier == Tier.WILDCARD_PEER:
+            near |= Q(peer=ANY_PEER)
         if keys:
             near |= (
                 Q(peer__in=keys)
@@ -112,6 +163,11 @@ class Binding(models.Model):
                 ERR_TIE.format(this=candidate.label, other=other.label, tier=tier), code="tie"
             )
 
+    def _peer_changed(self) -> bool:
+        """Whether a saved row's peer is being changed (a row from before kinds may keep its own)."""
+        saved = Binding.objects.filter(pk=self.pk).values_list("peer", flat=True).first()
+        return saved != self.peer
+
     def _compiled(self, *, roles: list | None = None):
         return compile_binding(
             id=self.pk,
@@ -120,6 +176,7 @@ class Binding(models.Model):
             channel=self.channel,
             account_id=self.account_id,
             peer=self.peer,
+            peer_kind=self.peer_kind,
             parent_peer=self.parent_peer,
             guild_id=self.guild_id,
             roles=self.roles if roles is None else roles,

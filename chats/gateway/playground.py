@@ -54,6 +54,7 @@ AGENT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 TIER_WORDS: dict[Tier, str] = {
     Tier.PEER: "this exact person, group or job",
     Tier.PARENT_PEER: "the thread's parent",
+    Tier.WILDCARD_PEER: 'anyone of that kind (peer "*")',
     Tier.GUILD_ROLES: "their server and one of their roles",
     Tier.GUILD: "their server",
     Tier.TEAM: "their team",
@@ -62,7 +63,15 @@ TIER_WORDS: dict[Tier, str] = {
     Tier.DEFAULT: "nothing above matched",
 }
 
-BINDING_FIELDS = ("channel", "account_id", "peer", "parent_peer", "guild_id", "team_id")
+BINDING_FIELDS = (
+    "channel",
+    "account_id",
+    "peer",
+    "peer_kind",
+    "parent_peer",
+    "guild_id",
+    "team_id",
+)
 
 
 class PlaygroundError(ValueError):
@@ -329,6 +338,7 @@ def _compile(row: Mapping[str, Any], refs: Mapping[str, AgentRef]) -> CompiledBi
         channel=row["channel"],
         account_id=row.get("account_id", ""),
         peer=row.get("peer", ""),
+        peer_kind=row.get("peer_kind", ""),
         parent_peer=row.get("parent_peer", ""),
         guild_id=row.get("guild_id", ""),
         roles=row.get("roles") or (),

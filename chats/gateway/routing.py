@@ -16,17 +16,25 @@ import contextlib
 import gc
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, TextField
 from django.db.models.functions import Cast
 
+from chats.gateway.ids import (
+    ANY_ACCOUNT,
+    ANY_PEER,
+    DEFAULT_ACCOUNT,
+    GROUP,
+    fold_id,
+    kind_class,
+)
 from chats.gateway.inbound import Inbound
 from chats.gateway.keys import is_shared_dm, main_key_for, session_key_for
-from chats.gateway.ladder import CompiledBinding, Tier, compile_binding
+from chats.gateway.ladder import CompiledBinding, Probe, Tier, compile_binding
 from chats.gateway.models import Binding, DmScope, GatewayConfig, IdentityLink
 from chats.gateway.selectors import gateway_config
 from chats.models import Agent
@@ -62,8 +70,12 @@ class Route:
     shared_dm: bool  # every DM in one session: the leak the playground draws red
 
 
+EMPTY_ROLES = frozenset({None, "", "[]"})
+_NO_ROLES: frozenset[str] = frozenset()
+
+
 def _roles_from_text(text: str | None) -> list[Any]:
-    if not text or text == "[]":
+    if text in EMPTY_ROLES:
         return []
     roles = json.loads(text)
     return roles if isinstance(roles, list) else []
@@ -88,19 +100,92 @@ def _no_gc_pauses():
 
 _NO_BINDINGS: tuple[CompiledBinding, ...] = ()
 
+# A channel's bindings as stored: Binding.clean spelled them when saved (and the
+# migration that brought kinds spelled the older ones), so they are read as they are.
+_COLUMNS = (
+    "id",
+    "agent_id",
+    "account_id",
+    "peer",
+    "peer_kind",
+    "parent_peer",
+    "guild_id",
+    "roles",
+    "team_id",
+)
+
+
+def _channel_rows(channel: str) -> list[tuple]:
+    """One channel's bindings as plain tuples, in one query (no model instances, roles as text)."""
+    rows = (
+        Binding.objects.filter(channel=channel)
+        .order_by("pk")
+        .values_list(*_COLUMNS[:7], Cast("roles", output_field=TextField()), "team_id")
+    )
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+_STORED_KIND = {"": None, "direct": "direct", "group": GROUP, "channel": GROUP, "cron": "cron"}
+
+
+def _stored_binding(row: tuple, channel: str, slugs: Mapping[int, str]) -> CompiledBinding:
+    """A stored row as the ladder's tuple: :func:`compile_binding`'s rules, without re-spelling."""
+    id_, agent_id, account, peer, kind, parent_peer, guild, roles_text, team = row
+    roles = (
+        frozenset(r for r in (str(r).strip() for r in _roles_from_text(roles_text)) if r)
+        if roles_text not in EMPTY_ROLES
+        else _NO_ROLES
+    )
+    if peer:
+        tier = Tier.WILDCARD_PEER if peer == ANY_PEER else Tier.PEER
+    elif parent_peer:
+        tier = Tier.PARENT_PEER
+    elif guild:
+        tier = Tier.GUILD_ROLES if roles else Tier.GUILD
+    elif team:
+        tier = Tier.TEAM
+    elif account == ANY_ACCOUNT:
+        tier = Tier.CHANNEL
+    else:
+        tier = Tier.ACCOUNT
+    return CompiledBinding(
+        id_,
+        agent_id,
+        slugs.get(agent_id, "?"),
+        tier,
+        channel,
+        None if account == ANY_ACCOUNT else (account or DEFAULT_ACCOUNT),
+        peer,
+        _STORED_KIND.get(kind) if peer else None,
+        parent_peer,
+        guild,
+        roles,
+        team,
+    )
+
 
 class RouteIndex:
-    """Bindings by tier, each a dict keyed by ``(channel, id)``; built once, read lock-free."""
+    """Bindings by tier, each a dict keyed by ``(channel, id)``; read lock-free.
+
+    Built from bindings given at once (:meth:`build`, the playground), or, from
+    the database (:meth:`load`), one channel at a time: a channel's bindings are
+    read and indexed the first time a message on that channel is routed, in one
+    query, so a cold start reads no bindings at all.
+    """
 
     def __init__(
         self,
         *,
-        bindings: Iterable[CompiledBinding],
+        bindings: Iterable[CompiledBinding] = (),
         agents: Iterable[AgentRef],
         default_agent_id: int,
         dm_scope: str = DmScope.PER_CHANNEL_PEER,
         identity_links: Mapping[tuple[str, str], str] | None = None,
         version: int = 0,
+        channel_rows: Callable[[str], Iterable[tuple]] | None = None,
     ) -> None:
         self.agents = {agent.id: agent for agent in agents}
         if default_agent_id not in self.agents:
@@ -111,37 +196,59 @@ class RouteIndex:
         self.version = version
         self.peer: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.parent: dict[tuple[str, str], list[CompiledBinding]] = {}
+        self.wildcard: dict[tuple[str, str], list[CompiledBinding]] = {}  # by (channel, kind)
         self.guild_roles: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.guild: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.team: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.account: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.channel: dict[str, list[CompiledBinding]] = {}
         self.count = 0
-        for binding in bindings:
-            if binding.agent_id not in self.agents:
-                continue
-            self.count += 1
-            tier = binding.tier
-            if tier == Tier.PEER:
-                self.peer.setdefault((binding.channel, binding.peer), []).append(binding)
-                if not binding.parent_peer:
-                    self.parent.setdefault((binding.channel, binding.peer), []).append(binding)
-            elif tier == Tier.PARENT_PEER:
-                self.parent.setdefault((binding.channel, binding.parent_peer), []).append(binding)
-            elif tier == Tier.GUILD_ROLES:
-                self.guild_roles.setdefault((binding.channel, binding.guild), []).append(binding)
-            elif tier == Tier.GUILD:
-                self.guild.setdefault((binding.channel, binding.guild), []).append(binding)
-            elif tier == Tier.TEAM:
-                self.team.setdefault((binding.channel, binding.team), []).append(binding)
-            elif tier == Tier.ACCOUNT:
-                self.account.setdefault((binding.channel, binding.account or ""), []).append(
-                    binding
-                )
-            else:
-                self.channel.setdefault(binding.channel, []).append(binding)
+        self._channel_rows = channel_rows  # None: every binding was given
+        self._loaded: set[str] = set()
+        self._loading = threading.Lock()
+        with _no_gc_pauses():
+            for binding in bindings:
+                self._add(binding)
         self._default_rule = Rule(Tier.DEFAULT, None, f"default: → {self.default.slug}")
         self._rules: dict[tuple[int, Tier], Rule] = {}  # made the first time each rule wins
+
+    def _add(self, binding: CompiledBinding) -> None:
+        if binding.agent_id not in self.agents:
+            return
+        self.count += 1
+        tier = binding.tier
+        channel = binding.channel
+        if tier == Tier.PEER:
+            self.peer.setdefault((channel, binding.peer), []).append(binding)
+            if not binding.parent_peer and binding.kind in (None, GROUP):
+                self.parent.setdefault((channel, binding.peer), []).append(binding)
+        elif tier == Tier.ACCOUNT:
+            self.account.setdefault((channel, binding.account or ""), []).append(binding)
+        elif tier == Tier.PARENT_PEER:
+            self.parent.setdefault((channel, binding.parent_peer), []).append(binding)
+        elif tier == Tier.WILDCARD_PEER:
+            self.wildcard.setdefault((channel, binding.kind or ""), []).append(binding)
+        elif tier == Tier.GUILD_ROLES:
+            self.guild_roles.setdefault((channel, binding.guild), []).append(binding)
+        elif tier == Tier.GUILD:
+            self.guild.setdefault((channel, binding.guild), []).append(binding)
+        elif tier == Tier.TEAM:
+            self.team.setdefault((channel, binding.team), []).append(binding)
+        else:
+            self.channel.setdefault(channel, []).append(binding)
+
+    def load_channel(self, channel: str) -> None:
+        """Index ``channel``'s bindings from the database, once (a no-op for a built index)."""
+        if self._channel_rows is None or channel in self._loaded:
+            return
+        with self._loading:
+            if channel in self._loaded:
+                return
+            slugs = {agent.id: agent.slug for agent in self.agents.values()}
+            with _no_gc_pauses():
+                for row in self._channel_rows(channel):
+                    self._add(_stored_binding(row, channel, slugs))
+            self._loaded.add(channel)
 
     @classmethod
     def build(
@@ -173,6 +280,7 @@ class RouteIndex:
                     channel=b.channel,
                     account_id=b.account_id,
                     peer=b.peer,
+                    peer_kind=getattr(b, "peer_kind", ""),
                     parent_peer=b.parent_peer,
                     guild_id=b.guild_id,
                     roles=b.roles,
@@ -191,87 +299,79 @@ class RouteIndex:
 
     @classmethod
     def load(cls) -> RouteIndex:
-        """From the database, in four queries whatever the number of bindings."""
+        """From the database, in three queries; each channel's bindings in one more, when
+        a message on it is first routed (:meth:`load_channel`)."""
         config = gateway_config()  # read first: a change after this only makes the index newer
         default = default_agent()
         agents = [
             AgentRef(*row) for row in Agent.objects.values_list("id", "slug", "name", "workspace")
         ]
-        slugs = {agent.id: agent.slug for agent in agents}
-        # Roles come as their JSON text: most bindings have none ("[]"), and decoding
-        # a hundred thousand empty lists was most of a cold start.
-        rows = Binding.objects.order_by("pk").values_list(
-            "id",
-            "agent_id",
-            "channel",
-            "account_id",
-            "peer",
-            "parent_peer",
-            "guild_id",
-            Cast("roles", output_field=TextField()),
-            "team_id",
-        )
-        with _no_gc_pauses():
-            compiled = [
-                compile_binding(
-                    id=row[0],
-                    agent_id=row[1],
-                    agent_slug=slugs.get(row[1], "?"),
-                    channel=row[2],
-                    account_id=row[3],
-                    peer=row[4],
-                    parent_peer=row[5],
-                    guild_id=row[6],
-                    roles=_roles_from_text(row[7]),
-                    team_id=row[8],
-                )
-                for row in rows.iterator(chunk_size=5_000)
-            ]
         links = {
-            (channel.lower(), peer): name
+            (channel.lower(), fold_id(channel.lower(), peer)): name
             for channel, peer, name in IdentityLink.objects.values_list("channel", "peer", "name")
         }
-        with _no_gc_pauses():
-            return cls(
-                bindings=compiled,
-                agents=agents,
-                default_agent_id=default.id,
-                dm_scope=config.dm_scope,
-                identity_links=links,
-                version=config.routing_version,
-            )
+        return cls(
+            agents=agents,
+            default_agent_id=default.id,
+            dm_scope=config.dm_scope,
+            identity_links=links,
+            version=config.routing_version,
+            channel_rows=_channel_rows,
+        )
+
+    def load_every_channel(self) -> None:
+        """Index every channel's bindings now (the admin's and the benchmark's door)."""
+        if self._channel_rows is None:
+            return
+        for channel in Binding.objects.order_by().values_list("channel", flat=True).distinct():
+            self.load_channel(channel)
 
     def winner(self, inbound: Inbound) -> tuple[CompiledBinding | None, Tier]:
         """The first tier down the ladder with a binding that fits."""
         channel = inbound.channel
-        peer = inbound.routing_peer
+        if channel not in self._loaded and self._channel_rows is not None:
+            self.load_channel(channel)
+        probe = Probe(
+            inbound.account_id,
+            fold_id(channel, inbound.routing_peer),
+            kind_class(inbound.peer_kind),
+            fold_id(channel, inbound.thread_parent),
+            inbound.guild_id,
+            inbound.member_roles,
+            inbound.team_id,
+        )
+        peer = probe.peer
         if peer:
             for binding in self.peer.get((channel, peer), _NO_BINDINGS):
-                if binding.fits(inbound):
+                if binding.fits(probe):
                     return binding, Tier.PEER
-        parent = inbound.thread_parent
+        parent = probe.parent
         if parent:
             for binding in self.parent.get((channel, parent), _NO_BINDINGS):
-                if binding.fits(inbound, inherited=binding.tier == Tier.PEER):
+                if binding.fits(probe, inherited=binding.tier == Tier.PEER):
                     return binding, Tier.PARENT_PEER
-        guild = inbound.guild_id
+        if peer:
+            for binding in self.wildcard.get((channel, probe.kind or ""), _NO_BINDINGS):
+                if binding.fits(probe):
+                    return binding, Tier.WILDCARD_PEER
+        guild = probe.guild
         if guild:
-            if inbound.member_roles:
+            if probe.roles:
                 for binding in self.guild_roles.get((channel, guild), _NO_BINDINGS):
-                    if binding.fits(inbound):
+                    if binding.fits(probe):
                         return binding, Tier.GUILD_ROLES
             for binding in self.guild.get((channel, guild), _NO_BINDINGS):
-                if binding.fits(inbound):
+                if binding.fits(probe):
                     return binding, Tier.GUILD
-        if inbound.team_id:
-            for binding in self.team.get((channel, inbound.team_id), _NO_BINDINGS):
-                if binding.fits(inbound):
+        if probe.team:
+            for binding in self.team.get((channel, probe.team), _NO_BINDINGS):
+                if binding.fits(probe):
                     return binding, Tier.TEAM
-        for binding in self.account.get((channel, inbound.account_id), _NO_BINDINGS):
-            if binding.fits(inbound):
+        for binding in self.account.get((channel, probe.account), _NO_BINDINGS):
+            if binding.fits(probe):
                 return binding, Tier.ACCOUNT
         for binding in self.channel.get(channel, _NO_BINDINGS):
-            if binding.fits(inbound):
+            if binding.fits(probe):
                 return binding, Tier.CHANNEL
         return None, Tier.DEFAULT
 

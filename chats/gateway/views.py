@@ -36,7 +36,7 @@ from chats.gateway.inbound import (
     inbound_parse,
     text_check,
 )
-from chats.gateway.models import ChannelAccount, ChatType, DmScope
+from chats.gateway.models import ChannelAccount, ChatType, DmScope, PeerKind
 from chats.gateway.routing import AgentRef
 from chats.gateway.selectors import gateway_config
 from chats.gateway.services import (
@@ -216,6 +216,7 @@ BINDING_FORM = (
     ("agent", "Agent", "pg-agents", "work"),
     ("channel", "Channel", "pg-channels", "slack"),
     ("peer", "Peer", "pg-peers", "mom"),
+    ("peer_kind", "Peer kind", "", ""),
     ("team_id", "Team", "pg-teams", ""),
     ("guild_id", "Guild", "pg-guilds", ""),
     ("roles", "Roles", "pg-roles", "mod, admin"),
@@ -238,6 +239,9 @@ MESSAGE_FORM = (
 )
 
 
+CHOICES = {"chat_type": ChatType.values, "peer_kind": PeerKind.values}
+
+
 def _form_fields(spec, prefix: str, values: dict, error: pg.PlaygroundError | None) -> list[dict]:
     return [
         {
@@ -248,7 +252,7 @@ def _form_fields(spec, prefix: str, values: dict, error: pg.PlaygroundError | No
             "placeholder": placeholder,
             "value": values.get(name, ""),
             "error": error.message if error is not None and error.field == name else "",
-            "choices": ChatType.values if name == "chat_type" else None,
+            "choices": CHOICES.get(name),
             "wide": name == "text",
         }
         for name, label, datalist, placeholder in spec

@@ -62,13 +62,13 @@ def test_a_peer_rule_beats_a_team_rule_and_shared_dms_show_red(
     fire(page, "mom-slack", 3)
     result = page.locator("#pg-result")
     expect(result.locator(".pg-agent")).to_contain_text("Family helper")
-    expect(result.locator(".pg-won-rule")).to_have_text("peer: slack peer mom → family")
+    expect(result.locator(".pg-won-rule")).to_have_text("peer: slack peer direct:mom → family")
     expect(result.locator(".rung.is-won")).to_have_attribute("data-tier", "peer")
     expect(result.locator(".rung.is-outranked")).to_have_attribute("data-tier", "team")
     expect(result.locator(".pg-key")).to_have_text("agent:family:dm:slack:mom")
     winner = page.locator(".pg-binding.is-winner")
     expect(winner).to_have_count(1)
-    expect(winner).to_contain_text("peer: slack peer mom → family")
+    expect(winner).to_contain_text("peer: slack peer direct:mom → family")
 
     # A tie is refused, naming both.
     form = page.locator("#pg-add")
@@ -77,7 +77,7 @@ def test_a_peer_rule_beats_a_team_rule_and_shared_dms_show_red(
     form.get_by_label("Peer", exact=True).fill("mom")
     form.get_by_role("button", name="Add binding").click()
     expect(page.locator("#pg-add [role=alert]")).to_contain_text(
-        "“peer: slack peer mom → work” and “peer: slack peer mom → family” would tie"
+        "“peer: slack peer direct:mom → work” and “peer: slack peer direct:mom → family” would tie"
     )
     expect(page.locator(".pg-binding")).to_have_count(2)
 

@@ -43,7 +43,7 @@ def populated(owner, personas, receive, gateway_token):
     outbox_enqueue(
         conversation=None, channel="telegram", account_id="mybot", target={"chat_id": 1}, text="x"
     )
-    Binding.objects.create(agent=personas["work"], channel="slack", peer="bob")
+    Binding.objects.create(agent=personas["work"], channel="slack", peer="bob", peer_kind="direct")
 
 
 @pytest.mark.parametrize(
@@ -130,6 +130,7 @@ def binding_form(agent, **fields):
         "channel": "slack",
         "account_id": "",
         "peer": "",
+        "peer_kind": "direct" if fields.get("peer") else "",
         "parent_peer": "",
         "guild_id": "",
         "roles": "[]",
@@ -187,10 +188,12 @@ def test_two_new_rows_that_tie_on_one_agent_page_are_refused(admin_client, perso
         "bindings-TOTAL_FORMS": "2",
         "bindings-0-channel": "slack",
         "bindings-0-peer": "zed",
+        "bindings-0-peer_kind": "direct",
         "bindings-0-roles": "[]",
         "bindings-1-channel": "slack",
         "bindings-1-peer": "zed",
-        "bindings-1-account_id": "bot",
+        "bindings-1-peer_kind": "direct",
+        "bindings-1-account_id": "Default",  # an empty account is the default one
         "bindings-1-roles": "[]",
     }
     response = admin_client.post(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pytest
 from django.test import Client
 
-from chats.gateway.ladder import ERR_CHANNEL, ERR_TIE
+from chats.gateway.ladder import ERR_CHANNEL, ERR_KIND_NEEDED, ERR_TIE
 from chats.gateway.models import Binding, DmScope
 from chats.gateway.playground import ERR_AGENT, PALETTE, SESSION_KEY
 from chats.gateway.selectors import gateway_config
@@ -82,6 +82,8 @@ class Playground:
         return self.post("scope/", {"dm_scope": value})
 
     def bind(self, agent: str, channel: str, **fields):
+        """As the page's form: its peer-kind select sends ``direct`` unless another is picked."""
+        fields.setdefault("peer_kind", "direct")
         return self.post("bindings/", {"agent": agent, "channel": channel, **fields})
 
     def fire(self, message_id: str) -> str:
@@ -164,14 +166,14 @@ def test_a_peer_rule_beats_a_team_rule_and_is_highlighted(play):
     shown = landed(html)
 
     assert (shown.agent, shown.won) == ("family", "peer")
-    assert shown.rule == "peer: slack peer mom → family"
+    assert shown.rule == "peer: slack peer direct:mom → family"
     assert shown.outranked == ["team"]
     assert shown.key == "agent:family:dm:slack:mom"
     bindings = _section(html, "pg-bindings")
     winner = re.findall(
         r'<li id="pg-binding-\d+" class="pg-binding is-winner">.*?</li>', bindings, re.S
     )
-    assert len(winner) == 1 and "peer: slack peer mom → family" in winner[0]
+    assert len(winner) == 1 and "peer: slack peer direct:mom → family" in winner[0]
 
 
 LADDER_CASES = [
@@ -182,14 +184,28 @@ LADDER_CASES = [
     ([("mods", "discord", {"guild_id": "gamers", "roles": "moderator"}),
       ("guild", "discord", {"guild_id": "gamers"})],
      "frank-discord", "guild", "guild"),
-    ([("standup", "slack", {"peer": "eng-standup"}), ("acme", "slack", {"team_id": "acme"})],
+    ([("standup", "slack", {"peer": "eng-standup", "peer_kind": "group"}),
+      ("acme", "slack", {"team_id": "acme"})],
      "carol-thread", "standup", "parentPeer"),
     ([("acme", "slack", {"team_id": "acme"}), ("anyslack", "slack", {"account_id": "*"})],
      "dave-standup", "acme", "team"),
     ([("workphone", "whatsapp", {"account_id": "work"}), ("anywa", "whatsapp", {})],
      "alice-whatsapp-work", "workphone", "accountId"),
-    ([("workphone", "whatsapp", {"account_id": "work"}), ("anywa", "whatsapp", {})],
+    ([("workphone", "whatsapp", {"account_id": "work"}), ("anywa", "whatsapp", {"account_id": "*"})],
      "alice-whatsapp", "anywa", "channel"),
+    # No account id is the channel's default account (OpenClaw's rule), not any account.
+    ([("defaultphone", "whatsapp", {}), ("anywa", "whatsapp", {"account_id": "*"})],
+     "alice-whatsapp", "defaultphone", "accountId"),
+    ([("defaultphone", "whatsapp", {}), ("anywa", "whatsapp", {"account_id": "*"})],
+     "alice-whatsapp-work", "anywa", "channel"),
+    # A wildcard peer: anyone of its kind, below an exact peer, above the team.
+    ([("anyone", "slack", {"peer": "*", "peer_kind": "direct"}),
+      ("family", "slack", {"peer": "mom"}), ("fam", "slack", {"team_id": "family"})],
+     "mom-slack", "family", "peer"),
+    ([("anyroom", "slack", {"peer": "*", "peer_kind": "group"}), ("acme", "slack", {"team_id": "acme"})],
+     "dave-standup", "anyroom", "wildcardPeer"),
+    ([("anyone", "slack", {"peer": "*", "peer_kind": "direct"}), ("acme", "slack", {"team_id": "acme"})],
+     "dave-standup", "acme", "team"),
     ([("anywa", "whatsapp", {"account_id": "*"})], "alice-telegram", "main", "default"),
 ]  # fmt: skip
 
@@ -205,7 +221,7 @@ def test_each_tier_beats_the_ones_below_it(play, bindings, message_id, agent_slu
 
 
 def test_a_thread_gets_its_parents_agent_but_a_session_of_its_own(play):
-    play.bind("standup", "slack", peer="eng-standup")
+    play.bind("standup", "slack", peer="eng-standup", peer_kind="group")
 
     group = landed(play.fire("carol-standup"))
     thread = landed(play.fire("carol-thread"))
@@ -213,7 +229,7 @@ def test_a_thread_gets_its_parents_agent_but_a_session_of_its_own(play):
     assert group.agent == thread.agent == "standup"
     assert group.key == "agent:standup:group:slack:eng-standup"
     assert thread.key == "agent:standup:thread:slack:eng-standup:1712-0042"
-    assert thread.rule == "parentPeer (inherited from peer: slack peer eng-standup → standup)"
+    assert thread.rule == "parentPeer (inherited from peer: slack peer group:eng-standup → standup)"
 
 
 def test_removing_a_binding_sends_its_messages_down_the_ladder(play):
@@ -251,7 +267,9 @@ def test_a_binding_that_would_tie_is_refused_naming_both(play):
     assert response.status_code == 400
     html = response.content.decode()
     expected = ERR_TIE.format(
-        this="peer: slack peer mom → work", other="peer: slack peer mom → family", tier="peer"
+        this="peer: slack peer direct:mom → work",
+        other="peer: slack peer direct:mom → family",
+        tier="peer",
     )
     assert expected in _unescape(html)
     assert len(play.client.session[SESSION_KEY]["bindings"]) == 1
@@ -605,3 +623,19 @@ def test_the_workspace_sidebar_links_to_the_playground(owner, agent):
     page = client.get("/").content.decode()
 
     assert f'<a href="{PAGE}">Routing playground</a>' in page
+
+
+def test_a_tie_is_refused_saying_why_not_settled_by_order(play):
+    """OpenClaw lets config order pick between two same-tier rules; Conch refuses, and says so."""
+    play.bind("family", "slack", peer="*", peer_kind="direct")
+    html = _unescape(play.bind("work", "slack", peer="*", peer_kind="direct").content.decode())
+    assert "would tie" in html and "the order they were added in" in html
+    # a different kind is a different set of messages: no tie
+    assert play.bind("work", "slack", peer="*", peer_kind="group").status_code == 200
+
+
+def test_a_peer_without_its_kind_is_refused_naming_the_kind(play):
+    response = play.bind("work", "slack", peer="mom", peer_kind="")
+    assert response.status_code == 400
+    assert ERR_KIND_NEEDED in _unescape(response.content.decode())
+    assert play.client.session[SESSION_KEY]["bindings"] == []

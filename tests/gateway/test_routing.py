@@ -28,11 +28,12 @@ EVERYTHING = dict(
 )
 
 TIER_BINDINGS = {
-    Tier.PEER: {"peer": "t1"},
-    Tier.PARENT_PEER: {"parent_peer": "general"},
-    Tier.GUILD_ROLES: {"guild_id": "G", "roles": ["mod"]},
-    Tier.GUILD: {"guild_id": "G"},
-    Tier.TEAM: {"team_id": "T"},
+    Tier.PEER: {"peer": "t1", "peer_kind": "channel", "account_id": "*"},
+    Tier.PARENT_PEER: {"parent_peer": "general", "account_id": "*"},
+    Tier.WILDCARD_PEER: {"peer": "*", "peer_kind": "channel", "account_id": "*"},
+    Tier.GUILD_ROLES: {"guild_id": "G", "roles": ["mod"], "account_id": "*"},
+    Tier.GUILD: {"guild_id": "G", "account_id": "*"},
+    Tier.TEAM: {"team_id": "T", "account_id": "*"},
     Tier.ACCOUNT: {"account_id": "bot1"},
     Tier.CHANNEL: {"account_id": "*"},
 }
@@ -43,7 +44,9 @@ def agent_ns(id, slug, default=False):
 
 
 def binding_ns(agent_id, channel="discord", **fields):
-    base = dict(account_id="", peer="", parent_peer="", guild_id="", roles=[], team_id="")
+    base = dict(
+        account_id="", peer="", peer_kind="", parent_peer="", guild_id="", roles=[], team_id=""
+    )
     base.update(fields)
     return SimpleNamespace(id=None, agent_id=agent_id, channel=channel, **base)
 
@@ -70,7 +73,7 @@ def test_each_tier_beats_every_tier_below_it(tier):
 
 def test_a_peer_rule_beats_a_team_rule_in_the_database(personas):
     Binding.objects.create(agent=personas["home"], channel="slack", team_id="T1")
-    Binding.objects.create(agent=personas["work"], channel="slack", peer="mom")
+    Binding.objects.create(agent=personas["work"], channel="slack", peer="mom", peer_kind="direct")
     route = resolve_route(message(channel="slack", peer="mom", team_id="T1"))
     assert (route.agent.slug, route.rule.tier) == ("work", Tier.PEER)
     other = resolve_route(message(channel="slack", peer="dad", team_id="T1"))
@@ -93,7 +96,9 @@ def test_a_role_rule_read_from_the_database_keeps_its_roles(personas):
 def test_every_field_a_binding_sets_must_match():
     agents = [agent_ns(0, "main", default=True), agent_ns(1, "work")]
     index = RouteIndex.build(
-        bindings=[binding_ns(1, channel="telegram", peer="alice", account_id="bot2")],
+        bindings=[
+            binding_ns(1, channel="telegram", peer="alice", peer_kind="direct", account_id="bot2")
+        ],
         agents=agents,
     )
     assert resolve_route(message(peer="alice", account_id="bot2"), index=index).agent.slug == "work"
@@ -117,7 +122,7 @@ def test_a_role_rule_needs_one_of_its_roles():
 
 
 def test_a_thread_inherits_its_parents_agent_but_gets_its_own_session(personas):
-    Binding.objects.create(agent=personas["work"], channel="slack", peer="eng")
+    Binding.objects.create(agent=personas["work"], channel="slack", peer="eng", peer_kind="group")
     group = resolve_route(message(channel="slack", chat_type="group", group_id="eng"))
     thread = resolve_route(
         message(channel="slack", chat_type="thread", group_id="eng", thread_id="t9")
@@ -159,8 +164,12 @@ def test_an_index_needs_exactly_one_default_agent():
 
 def test_routing_looks_up_its_tier_and_never_scans_the_bindings(monkeypatch):
     agents = [agent_ns(0, "main", default=True), agent_ns(1, "work")]
-    bindings = [binding_ns(1, channel="telegram", peer=f"p{i}") for i in range(20_000)]
-    bindings += [binding_ns(1, channel="telegram", team_id=f"t{i}") for i in range(5_000)]
+    bindings = [
+        binding_ns(1, channel="telegram", peer=f"p{i}", peer_kind="direct") for i in range(20_000)
+    ]
+    bindings += [
+        binding_ns(1, channel="telegram", team_id=f"t{i}", account_id="*") for i in range(5_000)
+    ]
     index = RouteIndex.build(bindings=bindings, agents=agents)
     calls = []
     fits = CompiledBinding.fits
@@ -177,7 +186,9 @@ def test_routing_looks_up_its_tier_and_never_scans_the_bindings(monkeypatch):
 
 def test_a_saved_binding_changes_the_next_route(personas):
     before = resolve_route(message(peer="bob"))
-    Binding.objects.create(agent=personas["work"], channel="telegram", peer="bob")
+    Binding.objects.create(
+        agent=personas["work"], channel="telegram", peer="bob", peer_kind="direct"
+    )
     after = resolve_route(message(peer="bob"))
     assert (before.agent.slug, after.agent.slug) == ("main", "work")
     Binding.objects.filter(peer="bob").first().delete()
@@ -188,7 +199,9 @@ def test_a_change_made_by_another_process_is_seen_through_the_stored_version(per
     first = route_index(check_db=True)
     assert route_index(check_db=True) is first  # nothing changed: the same index
     # Another server process saved a binding: it bumped the stored version.
-    Binding.objects.bulk_create([Binding(agent=personas["work"], channel="telegram", peer="zed")])
+    Binding.objects.bulk_create(
+        [Binding(agent=personas["work"], channel="telegram", peer="zed", peer_kind="direct")]
+    )
     GatewayConfig.objects.filter(pk=1).update(routing_version=first.version + 1)
     fresh = route_index(check_db=True)
     assert fresh is not first
@@ -202,14 +215,19 @@ def test_a_change_made_by_another_process_is_seen_through_the_stored_version(per
 @pytest.mark.parametrize(
     ("first", "second"),
     [
-        ({"peer": "alice"}, {"peer": "alice"}),
-        ({"peer": "alice"}, {"peer": "alice", "account_id": "bot1"}),
-        ({"peer": "eng"}, {"parent_peer": "eng"}),
+        ({"peer": "alice", "peer_kind": "direct"}, {"peer": "alice", "peer_kind": "direct"}),
+        (
+            {"peer": "alice", "peer_kind": "direct", "account_id": "*"},
+            {"peer": "alice", "peer_kind": "direct", "account_id": "bot1"},
+        ),
+        ({"peer": "eng", "peer_kind": "group"}, {"parent_peer": "eng"}),
         ({"guild_id": "G", "roles": ["mod"]}, {"guild_id": "G", "roles": ["admin"]}),
         ({"guild_id": "G"}, {"guild_id": "G", "team_id": "T"}),
         ({"team_id": "T"}, {"team_id": "T"}),
         ({"account_id": "bot1"}, {"account_id": "bot1"}),
-        ({"account_id": "*"}, {"account_id": ""}),
+        ({"account_id": "*"}, {"account_id": " * "}),
+        ({"account_id": ""}, {"account_id": "default"}),
+        ({"account_id": "Bot One"}, {"account_id": "bot-one"}),
     ],
     ids=[
         "peer",
@@ -220,6 +238,8 @@ def test_a_change_made_by_another_process_is_seen_through_the_stored_version(per
         "team",
         "account",
         "channel",
+        "empty-account-is-default",
+        "normalized-account",
     ],
 )
 def test_two_bindings_that_would_tie_are_refused_naming_both(personas, first, second):
@@ -237,10 +257,19 @@ def test_two_bindings_that_would_tie_are_refused_naming_both(personas, first, se
 @pytest.mark.parametrize(
     ("first", "second"),
     [
-        ({"peer": "alice", "channel": "slack"}, {"peer": "alice", "channel": "telegram"}),
-        ({"peer": "alice", "account_id": "a"}, {"peer": "alice", "account_id": "b"}),
+        (
+            {"peer": "alice", "peer_kind": "direct", "channel": "slack"},
+            {"peer": "alice", "peer_kind": "direct", "channel": "telegram"},
+        ),
+        (
+            {"peer": "alice", "peer_kind": "direct", "account_id": "a"},
+            {"peer": "alice", "peer_kind": "direct", "account_id": "b"},
+        ),
         ({"guild_id": "G"}, {"guild_id": "G", "roles": ["mod"]}),
-        ({"peer": "alice", "parent_peer": "eng"}, {"peer": "alice", "parent_peer": "ops"}),
+        (
+            {"peer": "alice", "peer_kind": "channel", "parent_peer": "eng"},
+            {"peer": "alice", "peer_kind": "channel", "parent_peer": "ops"},
+        ),
         ({"team_id": "T"}, {"account_id": "*"}),
     ],
 )
@@ -255,7 +284,9 @@ def test_bindings_that_can_never_meet_one_origin_both_save(personas, first, seco
 
 
 def test_editing_a_binding_does_not_tie_it_with_itself(personas):
-    binding = Binding.objects.create(agent=personas["work"], channel="slack", peer="alice")
+    binding = Binding.objects.create(
+        agent=personas["work"], channel="slack", peer="alice", peer_kind="direct"
+    )
     assert resolve_route(message(channel="slack", peer="alice")).agent.slug == "work"
 
     binding.agent = personas["home"]
@@ -282,3 +313,44 @@ def test_a_second_default_agent_cannot_exist(personas):
 
     with pytest.raises(IntegrityError), transaction.atomic():
         AgentFactory(slug="other", is_default=True)
+
+
+def test_a_cold_start_reads_no_bindings_and_each_channel_is_read_once(
+    personas, django_assert_num_queries
+):
+    Binding.objects.bulk_create(
+        [Binding(agent=personas["work"], channel="slack", peer=f"p{i}", peer_kind="direct")
+         for i in range(50)]
+        + [Binding(agent=personas["home"], channel="telegram", account_id="*")]
+    )  # fmt: skip
+    with django_assert_num_queries(4):  # settings, default agent, agents, identity links
+        index = RouteIndex.load()
+    with django_assert_num_queries(1):  # slack's fifty bindings, in one query
+        assert index.resolve(message(channel="slack", peer="p7")).agent.slug == "work"
+    with django_assert_num_queries(0):  # slack is indexed now
+        assert index.resolve(message(channel="slack", peer="p8")).rule.tier == Tier.PEER
+    with django_assert_num_queries(1):
+        assert index.resolve(message(channel="telegram", peer="x")).rule.tier == Tier.CHANNEL
+    assert index.count == 51
+
+
+def test_a_stored_binding_reads_back_as_the_ladder_compiles_it(personas):
+    made = [
+        Binding.objects.create(agent=personas["work"], channel="Slack", peer="U1", peer_kind="group"),
+        Binding.objects.create(agent=personas["work"], channel="slack", peer="*", peer_kind="direct"),
+        Binding.objects.create(agent=personas["home"], channel="slack", account_id=" Prod/US "),
+        Binding.objects.create(agent=personas["home"], channel="slack", account_id="*"),
+        Binding.objects.create(agent=personas["home"], channel="slack"),
+        Binding.objects.create(
+            agent=personas["home"], channel="discord", guild_id="G", roles=["mod", 7]
+        ),
+    ]  # fmt: skip
+    index = RouteIndex.load()
+    index.load_every_channel()
+    stored = sorted(
+        (b for table in (index.peer, index.wildcard, index.account, index.guild_roles)
+         for bs in table.values() for b in bs),
+        key=lambda b: b.id,
+    ) + index.channel["slack"]  # fmt: skip
+    expected = [b._compiled() for b in made]
+    assert sorted(stored, key=lambda b: b.id) == sorted(expected, key=lambda b: b.id)

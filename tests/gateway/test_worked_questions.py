@@ -101,7 +101,9 @@ def personas_are_separate_not_two_prompts(env):
 
 def a_peer_rule_beats_a_team_rule(env):
     """Ch. 6: a peer binding and a team binding both match: the peer one wins, whatever the order."""
-    Binding.objects.create(agent=env.personas["work"], channel="slack", peer="mom")
+    Binding.objects.create(
+        agent=env.personas["work"], channel="slack", peer="mom", peer_kind="direct"
+    )
     Binding.objects.create(agent=env.personas["home"], channel="slack", team_id="family")
     route = resolve_route(message(channel="slack", peer="mom", team_id="family"))
     assert (route.agent.slug, route.rule.tier) == ("work", Tier.PEER)
@@ -120,7 +122,9 @@ def a_subagent_runs_on_its_own_lane(env):
 
 def routing_answers_both_questions(env):
     """Ch. 8: every inbound gets a session (its key) and an agent, with the rule that won."""
-    Binding.objects.create(agent=env.personas["home"], channel="whatsapp", peer="+1555")
+    Binding.objects.create(
+        agent=env.personas["home"], channel="whatsapp", peer="+1555", peer_kind="direct"
+    )
     route = resolve_route(message(channel="whatsapp", peer="+1555"))
     assert route.session_key == "agent:home:dm:whatsapp:+1555"
     assert route.agent.slug == "home"
