@@ -545,6 +545,15 @@ class Routine(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.schedule}, {self.time_zone})"
 
+    def save(self, *args, **kwargs) -> None:
+        # No bad schedule reaches the table, from a form or not: the sweep could not read it.
+        self.schedule_refuse_bad()
+        if self.paused:
+            self.next_due_at = None
+        elif self.next_due_at is None:
+            self.next_due_at = next_time(self.schedule, self.time_zone, timezone.now())
+        super().save(*args, **kwargs)
+
     def schedule_refuse_bad(self) -> None:
         """Refuse a bad expression or time zone, with words, naming the field."""
         try:
@@ -576,15 +585,6 @@ class Routine(models.Model):
                 )
             if not self.peer:
                 raise ValidationError({"peer": ERR_ROUTINE_NO_PEER})
-
-    def save(self, *args, **kwargs) -> None:
-        # No bad schedule reaches the table, from a form or not: the sweep could not read it.
-        self.schedule_refuse_bad()
-        if self.paused:
-            self.next_due_at = None
-        elif self.next_due_at is None:
-            self.next_due_at = next_time(self.schedule, self.time_zone, timezone.now())
-        super().save(*args, **kwargs)
 
     @property
     def job_id(self) -> str:

@@ -4,11 +4,12 @@
 the one whose insert succeeds runs that time.
 """
 
-import chats.gateway.models
 import django.db.models.deletion
 import django.utils.timezone
 from django.conf import settings
 from django.db import migrations, models
+
+import chats.gateway.models
 
 
 class Migration(migrations.Migration):
