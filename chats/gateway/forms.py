@@ -1,4 +1,5 @@
-"""The routing playground's forms: they parse and check what the person typed.
+"""The gateway's forms: the routing playground's, and a routine's. They parse and check
+what the person typed.
 
 A message of the person's own is checked by the gateway's one parser
 (:func:`chats.gateway.inbound.inbound_parse`), so the playground refuses
@@ -12,12 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
 from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
 from chats.gateway.ladder import CHANNEL_PATTERN, ERR_CHANNEL, ERR_ROLES_NEED_GUILD
-from chats.gateway.models import DmScope
+from chats.forms import folder_clean
+from chats.gateway.models import DmScope, Routine, RoutineDelivery
 from chats.gateway.playground import AGENT_PATTERN, ERR_AGENT, ERR_SCOPE, PlaygroundError
 from chats.limits import LIMITS
+from chats.models import Conversation, Origin
 
 ERR_TOO_LONG = "is at most %(limit_value)d characters."
 # The parser wants a message id; the playground gives each message its own when fired.
@@ -105,3 +109,58 @@ class PlaygroundMessageForm(forms.Form):
             field = exc.field if exc.field in self.fields else None
             self.add_error(field, exc.message)
         return self.cleaned_data
+
+
+class RoutineForm(forms.ModelForm):
+    """A new routine. The model's ``clean`` refuses a bad schedule or time zone with words,
+    beside the field; the folder is checked as a new chat's is."""
+
+    class Meta:
+        model = Routine
+        fields = [
+            "name",
+            "schedule",
+            "time_zone",
+            "agent",
+            "folder",
+            "mode",
+            "text",
+            "missed",
+            "deliver",
+            "target_chat",
+            "channel",
+            "account_id",
+            "peer",
+        ]
+        labels = {
+            "agent": "Persona",
+            "text": "Words to run",
+            "missed": "After downtime",
+            "deliver": "Where the result goes",
+            "target_chat": "Your chat",
+            "account_id": "Bot account",
+        }
+        widgets = {
+            "text": forms.Textarea(attrs={"rows": 3}),
+            "mode": forms.RadioSelect,
+            "missed": forms.RadioSelect,
+            "deliver": forms.RadioSelect,
+        }
+
+    def __init__(self, *args: Any, owner, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.instance.owner = owner
+        self.fields["agent"].empty_label = None
+        # A chat of yours, never a routine's own run.
+        self.fields["target_chat"].queryset = (
+            Conversation.objects.filter(owner=owner, archived=False)
+            .exclude(origin=Origin.ROUTINE)
+            .order_by("-last_interaction_at")
+        )
+        self.fields["target_chat"].required = False
+        self.fields["deliver"].initial = RoutineDelivery.RUN
+        self.fields["time_zone"].initial = settings.CONCH_TIME_ZONE  # the person's own
+
+    def clean_folder(self) -> str:
+        return folder_clean(self.cleaned_data["folder"])
