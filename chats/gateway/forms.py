@@ -15,9 +15,9 @@ from typing import Any
 from django import forms
 from django.conf import settings
 
+from chats.forms import folder_clean
 from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
 from chats.gateway.ladder import CHANNEL_PATTERN, ERR_CHANNEL, ERR_ROLES_NEED_GUILD
-from chats.forms import folder_clean
 from chats.gateway.models import DmScope, Routine, RoutineDelivery
 from chats.gateway.playground import AGENT_PATTERN, ERR_AGENT, ERR_SCOPE, PlaygroundError
 from chats.limits import LIMITS
