@@ -17,6 +17,7 @@ from django.forms.models import BaseInlineFormSet
 
 from chats.admin import AgentAdmin, ReadOnlyAdmin
 from chats.forms import WriteOnlySecretMixin
+from chats.gateway.forms import RoutineAdminForm
 from chats.gateway.ladder import binding_conflicts, compile_binding
 from chats.gateway.models import (
     Binding,
@@ -369,6 +370,7 @@ class RoutineRunInline(admin.TabularInline):
 class RoutineAdmin(admin.ModelAdmin):
     """A routine's schedule is checked as on its page; changing it counts the next time afresh."""
 
+    form = RoutineAdminForm
     list_display = ["name", "schedule", "time_zone", "agent", "deliver", "paused", "next_due_at"]
     list_filter = ["paused", "deliver", "agent"]
     search_fields = ["name", "public_id", "text"]

@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 
 from chats.engines import register_engine
 from chats.engines.base import Decision, EngineInput, Fail
+from chats.gateway.forms import RoutineForm
 from chats.gateway.models import (
     OutboxMessage,
     Routine,
@@ -408,21 +409,24 @@ def test_results_go_only_to_a_chat_of_the_routines_owner(owner, second_owner, ag
 
 
 def test_a_peer_on_an_app_conch_cannot_send_to_is_refused(owner, agent):
-    routine = Routine(
+    form = RoutineForm(
+        {
+            "name": "x",
+            "schedule": "0 8 * * *",
+            "time_zone": "UTC",
+            "agent": agent.pk,
+            "mode": "auto",
+            "text": "go",
+            "missed": "once",
+            "deliver": "peer",
+            "channel": "pigeonpost",
+            "peer": "coop-3",
+        },
         owner=owner,
-        agent=agent,
-        name="x",
-        text="go",
-        schedule="0 8 * * *",
-        deliver=RoutineDelivery.PEER,
-        channel="carrier-pigeon",
-        peer="coop-3",
     )
-    with pytest.raises(ValidationError) as refused:
-        routine.full_clean()
-    assert refused.value.message_dict["channel"] == [
-        "Conch can't send to carrier-pigeon yet; it sends to: telegram."
-    ]
+    assert not form.is_valid()
+    assert form.errors["channel"] == ["Conch can't send to pigeonpost yet; it sends to: telegram."]
+    assert RoutineForm(form.data | {"channel": "Telegram"}, owner=owner).is_valid()
 
 
 # ---------------------------------------------------------------------------
