@@ -19,6 +19,7 @@ from chats.forms import folder_clean
 from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
 from chats.gateway.ladder import CHANNEL_PATTERN, ERR_CHANNEL, ERR_ROLES_NEED_GUILD
 from chats.gateway.models import DmScope, Routine, RoutineDelivery
+from chats.gateway.outbox import sender_channels
 from chats.gateway.playground import AGENT_PATTERN, ERR_AGENT, ERR_SCOPE, PlaygroundError
 from chats.limits import LIMITS
 from chats.models import Conversation, Origin
@@ -111,7 +112,48 @@ class PlaygroundMessageForm(forms.Form):
         return self.cleaned_data
 
 
-class RoutineForm(forms.ModelForm):
+ERR_ROUTINE_NO_SENDER = "Conch can't send to {channel} yet; it sends to: {known}."
+
+
+class RoutineChecks:
+    """What a routine's forms check beyond the model: a peer's chat app is one Conch sends to."""
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the model's own checks first: the channel is normalised there
+        routine = self.instance
+        if "channel" in self.errors or routine.deliver != RoutineDelivery.PEER:
+            return
+        if routine.channel not in sender_channels():
+            known = ", ".join(sender_channels()) or "no chat app"
+            self.add_error(
+                "channel", ERR_ROUTINE_NO_SENDER.format(channel=routine.channel, known=known)
+            )
+
+
+class RoutineAdminForm(RoutineChecks, forms.ModelForm):
+    class Meta:
+        model = Routine
+        fields = [
+            "owner",
+            "name",
+            "schedule",
+            "time_zone",
+            "agent",
+            "folder",
+            "mode",
+            "text",
+            "missed",
+            "deliver",
+            "target_chat",
+            "channel",
+            "account_id",
+            "peer",
+            "paused",
+            "created_at",
+        ]
+
+
+class RoutineForm(RoutineChecks, forms.ModelForm):
     """A new routine. The model's ``clean`` refuses a bad schedule or time zone with words,
     beside the field; the folder is checked as a new chat's is."""
 
