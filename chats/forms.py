@@ -16,6 +16,22 @@ ERR_FOLDER_NOT_DIR = "{path} is a file, not a folder."
 ERR_FOLDER_RELATIVE = "Give the full path of the folder, such as ~/src/app or /srv/site."
 
 
+def folder_clean(raw: str) -> str:
+    """A folder as typed: empty for the persona's own, else a full path to a folder that
+    is there, resolved. Raises ValidationError with words."""
+    raw = (raw or "").strip()
+    if not raw:
+        return ""
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        raise forms.ValidationError(ERR_FOLDER_RELATIVE)
+    if not path.exists():
+        raise forms.ValidationError(ERR_FOLDER_MISSING.format(path=raw))
+    if not path.is_dir():
+        raise forms.ValidationError(ERR_FOLDER_NOT_DIR.format(path=raw))
+    return str(path.resolve())
+
+
 class NewChatForm(forms.Form):
     title = forms.CharField(
         max_length=LIMITS.title_chars,
@@ -41,17 +57,7 @@ class NewChatForm(forms.Form):
         super().__init__(*args, **kwargs)
 
     def clean_folder(self) -> str:
-        raw = self.cleaned_data["folder"].strip()
-        if not raw:
-            return ""
-        path = Path(raw).expanduser()
-        if not path.is_absolute():
-            raise forms.ValidationError(ERR_FOLDER_RELATIVE)
-        if not path.exists():
-            raise forms.ValidationError(ERR_FOLDER_MISSING.format(path=raw))
-        if not path.is_dir():
-            raise forms.ValidationError(ERR_FOLDER_NOT_DIR.format(path=raw))
-        return str(path.resolve())
+        return folder_clean(self.cleaned_data["folder"])
 
 
 class WriteOnlySecretMixin:

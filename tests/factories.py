@@ -207,6 +207,34 @@ class WaitFactory(factory.django.DjangoModelFactory):
     target_title = factory.LazyAttribute(lambda w: w.target_chat.title)
 
 
+class RoutineFactory(factory.Factory):
+    """The owner's routine, made by ``routine_create`` (checked, its first time worked out).
+
+    ``now`` is the clock it is made at; the default persona runs it, in its own folder.
+    """
+
+    class Meta:
+        model = dict  # made by the service, below
+
+    owner = factory.SubFactory(OwnerFactory)
+    agent = factory.LazyFunction(lambda: Agent.objects.get(is_default=True))
+    name = factory.Sequence(lambda n: f"Routine {n}")
+    schedule = "0 8 * * *"
+    time_zone = "UTC"
+    text = "Summarise the overnight alerts."
+    now = None
+
+    @classmethod
+    def _create(cls, model_class, *args, **kwargs):
+        from chats.gateway.routines import routine_create
+
+        return routine_create(*args, **kwargs)
+
+    @classmethod
+    def _build(cls, model_class, *args, **kwargs):
+        raise TypeError("RoutineFactory makes routines through the service")
+
+
 def agent_admin_form(agent, **fields) -> dict:
     """The admin's agent change form, as posted, with ``fields`` changed (None leaves a field out)."""
     data = {

@@ -11,6 +11,7 @@ routed to the right session and the right agent.
   (``RouteIndex.load()`` from the database, ``RouteIndex.build(...)`` from any objects),
   never a scan. ``ladder``: the tiers and ties, refused when a binding is saved.
 - ``services``: tokens, taking a message in, resets; ``lifecycle``: reset policies;
+  ``schedule``: cron in a time zone (cronsim); ``routines``: routines and their runs;
   ``maintenance``: prune and compact; ``outbox`` and ``telegram``: replies going out;
   ``interop``: OpenClaw's sessions.json + .jsonl.
 """

@@ -1,5 +1,6 @@
 """The gateway in the admin: agents (one default), bindings (ties refused), sessions,
-the outbox, reset policies, who you are on each channel, and identity links.
+the outbox, reset policies, who you are on each channel, identity links, and routines
+with their runs.
 
 Found by the admin's autodiscovery, after ``chats.admin``: it registers Agent again with
 its bindings inline. Secrets are write-only: bot tokens show masked,
@@ -16,6 +17,7 @@ from django.forms.models import BaseInlineFormSet
 
 from chats.admin import AgentAdmin, ReadOnlyAdmin
 from chats.forms import WriteOnlySecretMixin
+from chats.gateway.forms import RoutineAdminForm
 from chats.gateway.ladder import ERR_TIE, binding_conflicts, compile_binding
 from chats.gateway.models import (
     Binding,
@@ -28,10 +30,13 @@ from chats.gateway.models import (
     OutboxState,
     OwnerIdentity,
     ResetPolicy,
+    Routine,
+    RoutineRun,
     Session,
     SessionOrigin,
 )
 from chats.gateway.outbox import DeliveryError, outbox_retry_now
+from chats.gateway.routines import routine_pause, routine_resume, routine_run_now
 from chats.gateway.services import channel_account_secret_rotate, session_end
 from chats.gateway.telegram import CHANNEL as TELEGRAM
 from chats.gateway.telegram import telegram_bot_identify
@@ -403,3 +408,74 @@ class IdentityLinkAdmin(admin.ModelAdmin):
 class ResetPolicyAdmin(admin.ModelAdmin):
     list_display = ["__str__", "chat_type", "channel", "mode", "at_hour", "idle_minutes"]
     list_filter = ["mode", "chat_type"]
+
+
+# ---------------------------------------------------------------------------
+# Routines and their runs
+
+
+class RoutineRunInline(admin.TabularInline):
+    model = RoutineRun
+    fields = ["due_at", "trigger", "state", "missed", "conversation", "ended_at", "reason"]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    ordering = ["-due_at"]
+    show_change_link = True
+
+
+@admin.register(Routine)
+class RoutineAdmin(admin.ModelAdmin):
+    """A routine's schedule is checked as on its page; changing it counts the next time afresh."""
+
+    form = RoutineAdminForm
+    list_display = ["name", "schedule", "time_zone", "agent", "deliver", "paused", "next_due_at"]
+    list_filter = ["paused", "deliver", "agent"]
+    search_fields = ["name", "public_id", "text"]
+    readonly_fields = ["public_id", "next_due_at"]
+    raw_id_fields = ["target_chat"]
+    inlines = [RoutineRunInline]
+    actions = ["run_now", "pause", "resume"]
+
+    def save_model(self, request, obj: Routine, form, change) -> None:
+        if change and {"schedule", "time_zone", "paused"} & set(form.changed_data):
+            obj.next_due_at = None  # counted afresh from now when saved
+        super().save_model(request, obj, form, change)
+
+    @admin.action(description="Run now")
+    def run_now(self, request, queryset) -> None:
+        for routine in queryset.select_related("agent", "owner"):
+            routine_run_now(routine=routine)
+        self.message_user(request, f"{queryset.count()} routine(s) started.", messages.SUCCESS)
+
+    @admin.action(description="Pause")
+    def pause(self, request, queryset) -> None:
+        for routine in queryset:
+            routine_pause(routine=routine)
+
+    @admin.action(description="Resume")
+    def resume(self, request, queryset) -> None:
+        for routine in queryset.filter(paused=True):
+            routine_resume(routine=routine)
+
+
+@admin.register(RoutineRun)
+class RoutineRunAdmin(ReadOnlyAdmin):
+    list_display = ["routine", "due_at", "trigger", "state", "missed", "conversation", "ended_at"]
+    list_filter = ["state", "trigger"]
+    search_fields = ["routine__name", "routine__public_id"]
+    list_select_related = ["routine", "conversation"]
+    readonly_fields = [
+        "routine",
+        "due_at",
+        "trigger",
+        "state",
+        "missed",
+        "missed_more",
+        "conversation",
+        "started_at",
+        "ended_at",
+        "result",
+        "reason",
+    ]

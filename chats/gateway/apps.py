@@ -5,8 +5,9 @@
 - a change to a binding, an agent, an identity link or the gateway's
   settings drops the routing index (here, and by version in other processes);
   a binding that would tie is refused even when saved outside a form;
-- the runner's sweeps deliver the outbox, reset due sessions and run
-  maintenance, each in a thread of its own so a slow chat app or a big store
+- a turn-end hook records how a routine's run ended and sends its words on;
+- the runner's sweeps deliver the outbox, reset due sessions, fire due
+  routines and run maintenance, each in a thread of its own so a slow chat app or a big store
   never holds up claiming replies.
 """
 
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 OUTBOX_EVERY = 2.0
 RESETS_EVERY = 60.0
+ROUTINES_EVERY = 15.0
 MAINTENANCE_EVERY = 3600.0
 
 _background: dict[str, threading.Thread] = {}
@@ -67,6 +69,7 @@ class GatewayAppConfig(AppConfig):
         from chats.gateway.maintenance import maintenance_run
         from chats.gateway.models import Binding, GatewayConfig, IdentityLink
         from chats.gateway.outbox import outbox_deliver, register_sender
+        from chats.gateway.routines import on_run_end, routines_fire
         from chats.gateway.routing import routing_changed
         from chats.gateway.services import on_turn_end, sessions_reset_sweep
         from chats.gateway.telegram import TelegramSender
@@ -82,6 +85,7 @@ class GatewayAppConfig(AppConfig):
 
         register_sender(TelegramSender())
         hooks.add_turn_end_hook(on_turn_end)
+        hooks.add_turn_end_hook(on_run_end)
         for model in (Binding, Agent, IdentityLink, GatewayConfig):
             post_save.connect(
                 routing_changed, sender=model, dispatch_uid=f"gateway-routing-{model.__name__}"
@@ -95,6 +99,9 @@ class GatewayAppConfig(AppConfig):
         )
         hooks.register_sweep(
             "gateway.resets", RESETS_EVERY, lambda: in_background("resets", sessions_reset_sweep)
+        )
+        hooks.register_sweep(
+            "gateway.routines", ROUTINES_EVERY, lambda: in_background("routines", routines_fire)
         )
         hooks.register_sweep(
             "gateway.maintenance", MAINTENANCE_EVERY, lambda: in_background("maintenance", maintain)

@@ -1,4 +1,5 @@
-"""The routing playground's forms: they parse and check what the person typed.
+"""The gateway's forms: the routing playground's, and a routine's. They parse and check
+what the person typed.
 
 A message of the person's own is checked by the gateway's one parser
 (:func:`chats.gateway.inbound.inbound_parse`), so the playground refuses
@@ -12,7 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 
+from chats.forms import folder_clean
 from chats.gateway.ids import ANY_PEER
 from chats.gateway.inbound import FIELDS, InboundError, inbound_parse
 from chats.gateway.ladder import (
@@ -23,9 +26,11 @@ from chats.gateway.ladder import (
     ERR_ROLES_NEED_GUILD,
     ERR_WILDCARD_PARENT,
 )
-from chats.gateway.models import DmScope, PeerKind
+from chats.gateway.models import DmScope, PeerKind, Routine, RoutineDelivery
+from chats.gateway.outbox import sender_channels
 from chats.gateway.playground import AGENT_PATTERN, ERR_AGENT, ERR_SCOPE, PlaygroundError
 from chats.limits import LIMITS
+from chats.models import Conversation, Origin
 
 ERR_TOO_LONG = "is at most %(limit_value)d characters."
 # The parser wants a message id; the playground gives each message its own when fired.
@@ -133,3 +138,99 @@ class PlaygroundMessageForm(forms.Form):
             field = exc.field if exc.field in self.fields else None
             self.add_error(field, exc.message)
         return self.cleaned_data
+
+
+ERR_ROUTINE_NO_SENDER = "Conch can't send to {channel} yet; it sends to: {known}."
+
+
+class RoutineChecks:
+    """What a routine's forms check beyond the model: a peer's chat app is one Conch sends to."""
+
+    def _post_clean(self) -> None:
+        super()._post_clean()  # the model's own checks first: the channel is normalised there
+        routine = self.instance
+        if "channel" in self.errors or routine.deliver != RoutineDelivery.PEER:
+            return
+        if routine.channel not in sender_channels():
+            known = ", ".join(sender_channels()) or "no chat app"
+            self.add_error(
+                "channel", ERR_ROUTINE_NO_SENDER.format(channel=routine.channel, known=known)
+            )
+
+
+class RoutineAdminForm(RoutineChecks, forms.ModelForm):
+    class Meta:
+        model = Routine
+        fields = [
+            "owner",
+            "name",
+            "schedule",
+            "time_zone",
+            "agent",
+            "folder",
+            "mode",
+            "text",
+            "missed",
+            "deliver",
+            "target_chat",
+            "channel",
+            "account_id",
+            "peer",
+            "paused",
+            "created_at",
+        ]
+
+
+class RoutineForm(RoutineChecks, forms.ModelForm):
+    """A new routine. The model's ``clean`` refuses a bad schedule or time zone with words,
+    beside the field; the folder is checked as a new chat's is."""
+
+    class Meta:
+        model = Routine
+        fields = [
+            "name",
+            "schedule",
+            "time_zone",
+            "agent",
+            "folder",
+            "mode",
+            "text",
+            "missed",
+            "deliver",
+            "target_chat",
+            "channel",
+            "account_id",
+            "peer",
+        ]
+        labels = {
+            "agent": "Persona",
+            "text": "Words to run",
+            "missed": "After downtime",
+            "deliver": "Where the result goes",
+            "target_chat": "Your chat",
+            "account_id": "Bot account",
+        }
+        widgets = {
+            "text": forms.Textarea(attrs={"rows": 3}),
+            "mode": forms.RadioSelect,
+            "missed": forms.RadioSelect,
+            "deliver": forms.RadioSelect,
+        }
+
+    def __init__(self, *args: Any, owner, **kwargs: Any) -> None:
+        kwargs.setdefault("label_suffix", "")
+        super().__init__(*args, **kwargs)
+        self.instance.owner = owner
+        self.fields["agent"].empty_label = None
+        # A chat of yours, never a routine's own run.
+        self.fields["target_chat"].queryset = (
+            Conversation.objects.filter(owner=owner, archived=False)
+            .exclude(origin=Origin.ROUTINE)
+            .order_by("-last_interaction_at")
+        )
+        self.fields["target_chat"].required = False
+        self.fields["deliver"].initial = RoutineDelivery.RUN
+        self.fields["time_zone"].initial = settings.CONCH_TIME_ZONE  # the person's own
+
+    def clean_folder(self) -> str:
+        return folder_clean(self.cleaned_data["folder"])

@@ -1,6 +1,6 @@
 """The gateway's records (app label ``gateway``): bindings, its settings, tokens, channel
 accounts, who you are on each channel, identity links, reset policies, each session's
-origin, inbound receipts and the outbox.
+origin, inbound receipts, the outbox, and routines with their runs.
 
 A gateway *session* is a :class:`~chats.models.Conversation` with a
 ``session_key``; :class:`SessionOrigin` holds where it came from.
@@ -30,7 +30,14 @@ from chats.gateway.ladder import (
     binding_conflicts,
     compile_binding,
 )
-from chats.models import Agent, Conversation, Turn
+from chats.gateway.schedule import (
+    ERR_SCHEDULE_EMPTY,
+    ERR_ZONE_EMPTY,
+    ScheduleError,
+    next_time,
+    schedule_check,
+)
+from chats.models import Agent, Conversation, Mode, Turn, TurnState, new_public_id
 from chats.secretbox import EncryptedTextField, secret_masked
 
 ERR_ROLES_LIST = "Roles are a list of role ids."
@@ -52,6 +59,12 @@ __all__ = [
     "PeerKind",
     "ResetMode",
     "ResetPolicy",
+    "Routine",
+    "RoutineDelivery",
+    "RoutineMissed",
+    "RoutineRun",
+    "RunState",
+    "RunTrigger",
     "Session",
     "SessionOrigin",
 ]
@@ -526,3 +539,182 @@ class Session(Conversation):
     class Meta:
         proxy = True
         verbose_name = "gateway session"
+
+
+# ---------------------------------------------------------------------------
+# Routines: words run on a schedule, each run a fresh session on the cron lane
+
+
+ERR_ROUTINE_NO_WORDS = "A routine needs the words it runs."
+ERR_ROUTINE_NO_CHAT = "Pick the chat of yours the result goes to."
+ERR_ROUTINE_NOT_YOURS = "The result can only go to a chat of yours."
+ERR_ROUTINE_NO_PEER = "Say who on the chat app gets the result: the peer's id."
+
+
+def new_routine_id() -> str:
+    return new_public_id("r")
+
+
+class RoutineDelivery(models.TextChoices):
+    """Where a run's result goes, besides its own chat (which always keeps it)."""
+
+    RUN = "run", "only its own run, in the chat list"
+    CHAT = "chat", "a chat of yours"
+    PEER = "peer", "a chat-app peer, through the outbox"
+
+
+class RoutineMissed(models.TextChoices):
+    """What happens to due times missed while Conch was down."""
+
+    ONCE = "once", "run once, however many times were missed"
+    SKIP = "skip", "skip them, and wait for the next time"
+
+
+class Routine(models.Model):
+    """Words a persona runs on a schedule (cron, in a time zone), each run a fresh session.
+
+    ``next_due_at`` is the next time the sweep looks at: empty while paused.
+    """
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_routine_id, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="routines"
+    )
+    name = models.CharField(max_length=120)
+    schedule = models.CharField(
+        max_length=120,
+        help_text="Cron: minute hour day-of-month month day-of-week, e.g. 0 8 * * 1-5.",
+        error_messages={"blank": ERR_SCHEDULE_EMPTY},
+    )
+    time_zone = models.CharField(
+        max_length=64,
+        default="UTC",
+        help_text="e.g. Europe/Berlin.",
+        error_messages={"blank": ERR_ZONE_EMPTY},
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="routines")
+    folder = models.CharField(
+        max_length=1024, blank=True, help_text="Where it works; empty for the persona's own folder."
+    )
+    mode = models.CharField(max_length=8, choices=Mode.choices, default=Mode.AUTO)
+    text = models.TextField(help_text="The words each run starts with.")
+    deliver = models.CharField(
+        max_length=8, choices=RoutineDelivery.choices, default=RoutineDelivery.RUN
+    )
+    target_chat = models.ForeignKey(
+        Conversation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="For results to a chat of yours.",
+    )
+    channel = models.CharField(max_length=32, blank=True, help_text="For results to a chat app.")
+    account_id = models.CharField(max_length=128, blank=True)
+    peer = models.CharField(max_length=128, blank=True, help_text="The chat on that app.")
+    missed = models.CharField(
+        max_length=8, choices=RoutineMissed.choices, default=RoutineMissed.ONCE
+    )
+    paused = models.BooleanField(default=False)
+    next_due_at = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name", "pk"]
+        indexes = [models.Index(fields=["next_due_at"], name="routine_due")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.schedule}, {self.time_zone})"
+
+    def save(self, *args, **kwargs) -> None:
+        # No bad schedule reaches the table, from a form or not: the sweep could not read it.
+        self.schedule_refuse_bad()
+        if self.paused:
+            self.next_due_at = None
+        elif self.next_due_at is None:
+            self.next_due_at = next_time(self.schedule, self.time_zone, timezone.now())
+        super().save(*args, **kwargs)
+
+    def schedule_refuse_bad(self) -> None:
+        """Refuse a bad expression or time zone, with words, naming the field."""
+        try:
+            self.schedule, _ = schedule_check(self.schedule, self.time_zone)
+        except ScheduleError as exc:
+            raise ValidationError({exc.field: exc.message}, code="schedule") from None
+        self.time_zone = self.time_zone.strip()
+
+    def clean(self) -> None:
+        self.schedule_refuse_bad()
+        if not (self.text or "").strip():
+            raise ValidationError({"text": ERR_ROUTINE_NO_WORDS})
+        if self.deliver == RoutineDelivery.CHAT:
+            if self.target_chat_id is None:
+                raise ValidationError({"target_chat": ERR_ROUTINE_NO_CHAT})
+            if self.owner_id is not None and self.target_chat.owner_id != self.owner_id:
+                raise ValidationError({"target_chat": ERR_ROUTINE_NOT_YOURS})
+        if self.deliver == RoutineDelivery.PEER:
+            # Whether Conch can send to the channel is the forms' to say (the outbox's
+            # senders register at start-up; the records stand below the outbox).
+            self.channel = (self.channel or "").strip().lower()
+            self.peer = (self.peer or "").strip()
+            if not CHANNEL_PATTERN.match(self.channel):
+                raise ValidationError({"channel": ERR_CHANNEL})
+            if not self.peer:
+                raise ValidationError({"peer": ERR_ROUTINE_NO_PEER})
+
+    @property
+    def job_id(self) -> str:
+        """The routine's id in its runs' session keys: ``cron:<job>:<run>``."""
+        return self.public_id
+
+
+class RunTrigger(models.TextChoices):
+    SCHEDULE = "schedule", "on schedule"
+    CAUGHT_UP = "caught_up", "once, for times missed while Conch was down"
+    RUN_NOW = "run_now", "Run now"
+
+
+class RunState(models.TextChoices):
+    """How a run ended: its reply's ending, or skipped."""
+
+    RUNNING = TurnState.RUNNING.value, "running"
+    COMPLETED = TurnState.COMPLETED.value, "completed"
+    NEEDS_YOU = TurnState.NEEDS_YOU.value, "needs you"
+    STOPPED = TurnState.STOPPED.value, "stopped"
+    FAILED = TurnState.FAILED.value, "failed"
+    INTERRUPTED = TurnState.INTERRUPTED.value, "interrupted"
+    SKIPPED = "skipped", "skipped: missed while Conch was down"
+
+
+class RoutineRun(models.Model):
+    """One due time of a routine, claimed by the one runner that inserted this row.
+
+    The (routine, due time) pair is unique: a second runner's insert fails, and
+    that runner leaves the time alone. ``missed`` counts the earlier due times
+    this one stands for after downtime.
+    """
+
+    routine = models.ForeignKey(Routine, on_delete=models.CASCADE, related_name="runs")
+    due_at = models.DateTimeField()
+    trigger = models.CharField(max_length=16, choices=RunTrigger.choices)
+    missed = models.PositiveIntegerField(default=0)
+    missed_more = models.BooleanField(
+        default=False, help_text="More were missed than were counted."
+    )
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.RUNNING)
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    started_at = models.DateTimeField(default=timezone.now)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    result = models.TextField(blank=True, help_text="The run's last words, as delivered.")
+    reason = models.TextField(blank=True, help_text="Why it failed or was skipped.")
+
+    class Meta:
+        ordering = ["-due_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["routine", "due_at"], name="routine_run_once"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.routine.name} at {self.due_at:%Y-%m-%d %H:%M} ({self.state})"

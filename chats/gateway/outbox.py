@@ -88,6 +88,11 @@ def sender_for(channel: str) -> Sender | None:
     return _senders.get(channel)
 
 
+def sender_channels() -> list[str]:
+    """The chat apps Conch can send to, by channel name."""
+    return sorted(_senders)
+
+
 def outbox_enqueue(
     *,
     conversation: Conversation | None,

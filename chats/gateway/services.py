@@ -187,20 +187,24 @@ def session_start(
     mode: str,
     previous: Conversation | None = None,
     started_because: str = "",
+    folder: str = "",
 ) -> Conversation:
-    """Make a session's live generation. Call inside ``atomic()``.
+    """Make a session's live generation, working in ``folder`` (else the agent's
+    workspace). Call inside ``atomic()``.
 
     Raises IntegrityError if another live generation of the key appeared meanwhile.
     """
-    try:
-        Path(agent.workspace).mkdir(parents=True, exist_ok=True)
-    except OSError:
-        log.warning("could not make the workspace %s for %s", agent.workspace, agent.slug)
+    if not folder:
+        folder = agent.workspace
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        except OSError:
+            log.warning("could not make the workspace %s for %s", folder, agent.slug)
     with transaction.atomic():
         chat = conversation_create(
             owner=owner,
             title=title,
-            folder=agent.workspace,
+            folder=folder,
             agent=agent,
             origin=origin,
             origin_channel=origin_fields.get("channel", "") if origin == Origin.CHAT_APP else "",

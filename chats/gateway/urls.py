@@ -17,4 +17,11 @@ urlpatterns = [
     ),
     path("playground/fire/", views.playground_fire, name="playground-fire"),
     path("playground/clear/", views.playground_clear, name="playground-clear"),
+    path("routines/", views.routines, name="routines"),
+    path("routines/new/", views.routine_new, name="routine-new"),
+    path("routines/<str:public_id>/", views.routine_page, name="routine"),
+    path("routines/<str:public_id>/regions/", views.routine_regions, name="routine-regions"),
+    path("routines/<str:public_id>/pause/", views.routine_pause_view, name="routine-pause"),
+    path("routines/<str:public_id>/resume/", views.routine_resume_view, name="routine-resume"),
+    path("routines/<str:public_id>/run/", views.routine_run_now_view, name="routine-run-now"),
 ]

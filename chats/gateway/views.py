@@ -1,5 +1,5 @@
-"""The gateway's doors, ``POST /gateway/inbound`` and Telegram's webhook, and
-the routing playground's page.
+"""The gateway's doors, ``POST /gateway/inbound`` and Telegram's webhook, the
+routing playground's page, and routines' pages.
 
 Neither door uses the browser's session: the inbound door takes the install's
 gateway token (``Authorization: Bearer …``), Telegram's takes the webhook
@@ -17,7 +17,7 @@ import uuid
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
@@ -27,6 +27,7 @@ from chats.gateway.forms import (
     PlaygroundBindingForm,
     PlaygroundMessageForm,
     PlaygroundScopeForm,
+    RoutineForm,
     first_error,
 )
 from chats.gateway.inbound import (
@@ -36,7 +37,15 @@ from chats.gateway.inbound import (
     inbound_parse,
     text_check,
 )
-from chats.gateway.models import ChannelAccount, ChatType, DmScope, PeerKind
+from chats.gateway.lifecycle import local_zone
+from chats.gateway.models import ChannelAccount, ChatType, DmScope, PeerKind, Routine, RunState
+from chats.gateway.routines import (
+    routine_create,
+    routine_next_times,
+    routine_pause,
+    routine_resume,
+    routine_run_now,
+)
 from chats.gateway.routing import AgentRef
 from chats.gateway.selectors import gateway_config
 from chats.gateway.services import (
@@ -424,3 +433,104 @@ def playground_clear(request: HttpRequest) -> HttpResponse:
     state = _playground_state(request)
     pg.playground_clear(state=state, bindings=request.POST.get("what") == "everything")
     return _playground_done(request, state)
+
+
+# ---------------------------------------------------------------------------
+# Routines: the list, a new one, and each one's page
+
+ROUTINES = "routines.html"
+ROUTINE = "routine.html"
+ROUTINE_REGIONS = ("rt-controls", "rt-times", "rt-runs")
+RUNS_SHOWN = 20
+
+
+def _routines_page(request: HttpRequest, form: RoutineForm, *, status: int = 200) -> HttpResponse:
+    routines = Routine.objects.filter(owner=request.user).select_related("agent")
+    return render(request, ROUTINES, {"routines": routines, "form": form}, status=status)
+
+
+@login_required
+@require_GET
+def routines(request: HttpRequest) -> HttpResponse:
+    return _routines_page(request, RoutineForm(owner=request.user))
+
+
+@login_required
+@require_POST
+def routine_new(request: HttpRequest) -> HttpResponse:
+    form = RoutineForm(request.POST, owner=request.user)
+    if not form.is_valid():
+        return _routines_page(request, form, status=400)
+    fields = {name: form.cleaned_data[name] for name in form.Meta.fields}
+    routine = routine_create(owner=request.user, **fields)
+    return redirect("gateway:routine", public_id=routine.public_id)
+
+
+def _routine_for(request: HttpRequest, public_id: str) -> Routine:
+    """The person's own routine; anyone else's is not found."""
+    return get_object_or_404(
+        Routine.objects.select_related("agent", "target_chat"),
+        public_id=public_id,
+        owner=request.user,
+    )
+
+
+def _routine_context(routine: Routine) -> dict:
+    runs = list(routine.runs.select_related("conversation")[:RUNS_SHOWN])
+    zone = local_zone()
+    return {
+        "routine": routine,
+        "next_times": routine_next_times(routine=routine, zone=zone) if not routine.paused else [],
+        "zone": zone.key,
+        "runs": runs,
+        "running": any(run.state == RunState.RUNNING for run in runs),
+    }
+
+
+def _routine_answer(request: HttpRequest, routine: Routine) -> HttpResponse:
+    """Under HTMX the page's regions, as out-of-band swaps; else back to the page."""
+    if not request.htmx:
+        return redirect("gateway:routine", public_id=routine.public_id)
+    context = _routine_context(routine) | {"oob": True}
+    html = "".join(
+        render_to_string(f"{ROUTINE}#{region}", context, request=request)
+        for region in ROUTINE_REGIONS
+    )
+    return HttpResponse(html)
+
+
+@login_required
+@require_GET
+def routine_page(request: HttpRequest, public_id: str) -> HttpResponse:
+    routine = _routine_for(request, public_id)
+    return render(request, ROUTINE, _routine_context(routine))
+
+
+@login_required
+@require_GET
+def routine_regions(request: HttpRequest, public_id: str) -> HttpResponse:
+    """The history, polled while a run is running."""
+    routine = _routine_for(request, public_id)
+    return render(request, f"{ROUTINE}#rt-runs", _routine_context(routine))
+
+
+@login_required
+@require_POST
+def routine_pause_view(request: HttpRequest, public_id: str) -> HttpResponse:
+    routine = routine_pause(routine=_routine_for(request, public_id))
+    return _routine_answer(request, routine)
+
+
+@login_required
+@require_POST
+def routine_resume_view(request: HttpRequest, public_id: str) -> HttpResponse:
+    routine = routine_resume(routine=_routine_for(request, public_id))
+    return _routine_answer(request, routine)
+
+
+@login_required
+@require_POST
+def routine_run_now_view(request: HttpRequest, public_id: str) -> HttpResponse:
+    routine = _routine_for(request, public_id)
+    routine_run_now(routine=routine)
+    return _routine_answer(request, routine)
