@@ -294,7 +294,7 @@ def test_every_problem_is_reported_at_once():
     problems = caught.value.problems
     assert (
         "chat \"a\": unknown field 'colour'; expected folder, inbound, messages, mode, "
-        "name, origin, origin_channel, person, presses, script, taint, title."
+        "name, origin, origin_channel, person, presses, script, session_key, taint, title."
     ) in problems
     assert "chats[1]: missing field 'name'." in problems
     assert "chats[1]: origin chat_app needs origin_channel (e.g. telegram)." in problems

@@ -282,6 +282,10 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                         public_id=spec.public_id,
                     )
                 )
+                if spec.session_key:
+                    Conversation.objects.filter(pk=chats[-1].pk).update(
+                        session_key=spec.session_key
+                    )
             by_name = {spec.name: chat for spec, chat in zip(scenario.chats, chats, strict=True)}
             due: dict[int, list[tuple[Conversation, str]]] = {}
             pressing: dict[int, list[tuple[Conversation, ChatSpec, int, Press]]] = {}

@@ -221,6 +221,7 @@ def _chat_report(
         "name": name,
         "id": chat.public_id,
         "title": chat.title,
+        "session_key": chat.session_key,
         "folder": paths.path(chat.folder),
         "origin": chat.origin,
         "origin_channel": chat.origin_channel,

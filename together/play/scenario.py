@@ -367,6 +367,14 @@ class ChatSpec(BaseModel):
         Literal["owner", "second"],
         Field(description="owner (the person's own chat) or second (a second person's)"),
     ] = "owner"
+    # A gateway session's key (agent:main:dm:telegram:alice): the gateway's maintenance
+    # prunes and compacts only sessions.
+    session_key: Annotated[
+        StrictStr | None,
+        Field(
+            description="a gateway session's key, 1 to 512 characters", min_length=1, max_length=512
+        ),
+    ] = None
     origin: Origin = Origin.OWN
     origin_channel: StrictStr = Field(default="", validate_default=True)  # chat_app needs one
     inbound: Inbound | None = None  # unset, which means accept
