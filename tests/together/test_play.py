@@ -305,7 +305,7 @@ PROBLEM_LINES = {
     "not_an_object": ([_one_chat()], "The scenario must be a JSON object."),
     "unknown_top_field": (
         {**_one_chat(), "colour": "red"},
-        "unknown field 'colour' at the top; expected chats, description, files, max_ticks, pages.",
+        "unknown field 'colour' at the top; expected chats, description, files, max_ticks, pages, persona.",
     ),
     "no_chats": ({"chats": []}, "chats must be a non-empty list of chats (got [])."),
     "max_ticks": (

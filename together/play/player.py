@@ -32,7 +32,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from chats import events
 from chats.models import Conversation, counted_ids
-from chats.runtime.chats import conversation_create
+from chats.runtime.chats import conversation_create, default_agent
 from chats.runtime.runner import drive_one_action, runnable_by_chat
 from chats.runtime.turns import message_send, tasks_make_room
 from chats.signin import owner_ensure
@@ -40,7 +40,14 @@ from conch.sqlite3.base import make_private_file
 from together.play.pages import pages_served
 from together.play.presses import press_make
 from together.play.report import RunPaths, report_make
-from together.play.scenario import ChatSpec, Press, Scenario, ScenarioError, scenario_parse
+from together.play.scenario import (
+    ChatSpec,
+    PersonaSpec,
+    Press,
+    Scenario,
+    ScenarioError,
+    scenario_parse,
+)
 
 TEMP_PREFIX = "conch-play-"
 WORKER = "conch-play"
@@ -221,6 +228,17 @@ class _Clock:
         self.seen.append((self.tick, event))
 
 
+def persona_set(spec: PersonaSpec, root: Path) -> None:
+    """Give the default persona the scenario's folder and tools for other people."""
+    folder = root / spec.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    agent = default_agent()
+    agent.workspace = str(folder)
+    agent.stranger_tools = list(spec.stranger_tools)
+    agent.stranger_tools_ask_first = list(spec.stranger_tools_ask_first)
+    agent.save(update_fields=["workspace", "stranger_tools", "stranger_tools_ask_first"])
+
+
 def scenario_play(scenario: Scenario, *, root: Path) -> dict:
     """Seed, create the chats and play them tick by tick; return the report.
 
@@ -242,6 +260,8 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content, encoding="utf-8")
             owner = owner_ensure()
+            if scenario.persona is not None:
+                persona_set(scenario.persona, root)
             chats: list[Conversation] = []
             for spec in scenario.chats:
                 folder = root / spec.folder
