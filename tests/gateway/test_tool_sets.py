@@ -103,8 +103,9 @@ def test_a_persona_that_allows_strangers_read_file_reads_only_in_its_own_folder(
 
     result = receive(peer="mallory", text="read")
     chat = Conversation.objects.get(public_id=result.chat)
-    # Even a chat whose folder is the owner's workspace works in the persona's folder.
+    # Even a chat, and a reply, begun in the owner's workspace work in the persona's folder.
     Conversation.objects.filter(pk=chat.pk).update(folder=str(owners))
+    Turn.objects.filter(conversation=chat).update(folder=str(owners))
     chat = _answered(
         result,
         [
