@@ -18,13 +18,23 @@ from chats.models import (
     AuthProfile,
     Conversation,
     Entry,
+    Origin,
     QueuedInput,
     SignInToken,
     Step,
+    Taint,
     Task,
     Turn,
 )
+from chats.tools.registry import (
+    EDITING_FILES,
+    READING_FILES,
+    RUNNING_A_COMMAND,
+    all_tools,
+    get_tool,
+)
 from chats.tools.sandbox import command_settings_errors
+from chats.toolsets import is_owners_default_workspace
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -159,6 +169,81 @@ class EndpointFields(forms.Form):
         return cleaned
 
 
+def _tool_choices() -> list[tuple[str, str]]:
+    return [(tool.name, f"{tool.name} ({tool.family})") for tool in all_tools()]
+
+
+def _never_for_other_people(name: str) -> bool:
+    """A tool whose own rule never offers it to a chat with someone else's words (ADR 0134)."""
+    probe = Conversation(taint=Taint.PERSON, origin=Origin.CHAT_APP)
+    return not get_tool(name).offered(probe)
+
+
+ERR_ASK_FIRST_NOT_GIVEN = "{names}: ask first only for tools ticked for other people."
+ERR_NEVER_OFFERED = (
+    "{names}: never offered to a chat with someone else's words (ADR 0134), whatever is ticked."
+)
+ERR_NO_OWN_FOLDER = (
+    "{names}: these work in the persona's folder, and this persona works in your default "
+    "workspace. Give it a folder of its own before letting other people use them."
+)
+FOLDER_FAMILIES = (READING_FILES, EDITING_FILES, RUNNING_A_COMMAND)
+
+
+class ToolSetFields(forms.Form):
+    """A persona's two tool sets as ticks: its tools in your chats, and in chats with other people."""
+
+    instance: Any  # the model form's, once mixed in
+
+    allowed_tools = forms.MultipleChoiceField(
+        label="Tools in your own chats",
+        choices=_tool_choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every tool.",
+    )
+    stranger_tools = forms.MultipleChoiceField(
+        label="Tools in chats with other people",
+        choices=_tool_choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text=(
+            "A DM from anyone but you, or a group. None ticked: it only answers in words. "
+            "Ticked tools work in the persona's own folder, and commands always run in the sandbox."
+        ),
+    )
+    stranger_tools_ask_first = forms.MultipleChoiceField(
+        label="Of those, ask you first",
+        choices=_tool_choices,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="These wait for your Approve each time, whatever the chat's mode.",
+    )
+
+    def clean(self):
+        super().clean()
+        cleaned = self.cleaned_data
+        given = cleaned.get("stranger_tools") or []
+        asking = [
+            name for name in cleaned.get("stranger_tools_ask_first") or [] if name not in given
+        ]
+        if asking:
+            self.add_error(
+                "stranger_tools_ask_first", ERR_ASK_FIRST_NOT_GIVEN.format(names=", ".join(asking))
+            )
+        never = [name for name in given if _never_for_other_people(name)]
+        if never:
+            self.add_error("stranger_tools", ERR_NEVER_OFFERED.format(names=", ".join(never)))
+        workspace = cleaned.get("workspace") or getattr(self.instance, "workspace", "")
+        in_folder = [name for name in given if get_tool(name).family in FOLDER_FAMILIES]
+        if in_folder and is_owners_default_workspace(workspace or ""):
+            self.add_error("stranger_tools", ERR_NO_OWN_FOLDER.format(names=", ".join(in_folder)))
+        return cleaned
+
+
+TOOL_SET_FIELDS = ("allowed_tools", "stranger_tools", "stranger_tools_ask_first")
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     list_display = ["slug", "name", "workspace", "is_default", "engine"]
@@ -172,13 +257,29 @@ class AgentAdmin(admin.ModelAdmin):
     def get_form(self, request, obj=None, change=False, **kwargs):
         base = kwargs.get("form", self.form)
         if not issubclass(base, EndpointFields):
-            kwargs["form"] = type(f"Endpoint{base.__name__}", (EndpointFields, base), {})
+            base = type(f"Endpoint{base.__name__}", (EndpointFields, base), {})
+        if not issubclass(base, ToolSetFields):
+            base = type(f"ToolSets{base.__name__}", (ToolSetFields, base), {})
+        kwargs["form"] = base
         return super().get_form(request, obj, change, **kwargs)
 
     def get_fieldsets(self, request, obj=None):
-        fields = [f for f in self.get_fields(request, obj) if f not in ENDPOINT_FIELDS]
+        fields = [
+            f
+            for f in self.get_fields(request, obj)
+            if f not in ENDPOINT_FIELDS and f not in TOOL_SET_FIELDS
+        ]
         return [
             (None, {"fields": fields}),
+            (
+                "Tools",
+                {
+                    "fields": list(TOOL_SET_FIELDS),
+                    "description": "Two sets: one for your own chats, one for chats with "
+                    "someone else's words in them (a DM from anyone but you, a group). "
+                    "A chat moves to the second set at its next step once such words come in.",
+                },
+            ),
             (
                 "Model endpoint",
                 {

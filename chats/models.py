@@ -65,7 +65,20 @@ class Agent(models.Model):
     allowed_tools = models.JSONField(
         default=list,
         blank=True,
-        help_text="Tool names this persona may use; empty means every tool.",
+        help_text="Tool names this persona may use in your own chats; empty means every tool.",
+    )
+    stranger_tools = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "Tool names this persona may use in chats with someone else's words (a DM from "
+            "anyone but you, a group); empty means none: it only answers in words."
+        ),
+    )
+    stranger_tools_ask_first = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Of those, the tools that ask you first each time, whatever the chat's mode.",
     )
     system_text = models.TextField(
         blank=True, help_text="The persona's own part of the system text."

@@ -241,7 +241,6 @@ def agent_admin_form(agent, **fields) -> dict:
         "slug": agent.slug,
         "name": agent.name,
         "workspace": agent.workspace,
-        "allowed_tools": "[]",
         "system_text": "",
         "engine": agent.engine,
         "engine_config": "{}",

@@ -58,6 +58,8 @@ class AgentForm(forms.ModelForm):
             "workspace",
             "is_default",
             "allowed_tools",
+            "stranger_tools",
+            "stranger_tools_ask_first",
             "system_text",
             "engine",
             "engine_config",

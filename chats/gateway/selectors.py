@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db.models import Q, QuerySet
 
-from chats.gateway.models import GatewayConfig, OwnerIdentity
+from chats.gateway.models import ChatType, GatewayConfig, OwnerIdentity
 from chats.models import Agent, AuthProfile, Conversation
 
 ERR_NOT_THIS_PERSONAS = "That auth profile isn't this persona's."
@@ -41,6 +41,15 @@ def session_latest_archived(*, agent_id: int, session_key: str, owner) -> Conver
         )
         .order_by("-session_started_at", "-pk")
         .first()
+    )
+
+
+def someone_elses(*, owner, inbound) -> bool:
+    """Whether a message brings someone else's words: a group or thread, or a DM not from the owner."""
+    if inbound.chat_type in (ChatType.GROUP, ChatType.THREAD):
+        return True
+    return inbound.chat_type == ChatType.DM and not is_owner_peer(
+        owner=owner, channel=inbound.channel, account_id=inbound.account_id, peer=inbound.peer
     )
 
 

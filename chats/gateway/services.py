@@ -34,10 +34,10 @@ from chats.gateway.models import (
 from chats.gateway.outbox import outbox_enqueue, outbox_enqueue_reply, reply_target
 from chats.gateway.routing import Route, route_index
 from chats.gateway.selectors import (
-    is_owner_peer,
     session_active,
     session_key_taken,
     session_latest_archived,
+    someone_elses,
 )
 from chats.limits import LIMITS
 from chats.models import (
@@ -373,12 +373,7 @@ def _take_in(
     command: tuple[str, str] | None,
     now: dt.datetime,
 ) -> tuple[str, Conversation]:
-    owners_dm = inbound.chat_type == ChatType.DM and is_owner_peer(
-        owner=owner, channel=inbound.channel, account_id=inbound.account_id, peer=inbound.peer
-    )
-    someone_elses = inbound.chat_type in (ChatType.GROUP, ChatType.THREAD) or (
-        inbound.chat_type == ChatType.DM and not owners_dm
-    )
+    others = someone_elses(owner=owner, inbound=inbound)
     fields = _origin_fields(inbound, route, reply_to)
     chat = session_active(agent_id=route.agent.id, session_key=route.session_key, owner=owner)
     if chat is None and session_key_taken(session_key=route.session_key, owner=owner):
@@ -423,9 +418,9 @@ def _take_in(
             "title": _title(inbound),
             "origin_fields": fields,
             "origin": origin,
-            "taint": Taint.PERSON if someone_elses else Taint.NONE,
+            "taint": Taint.PERSON if others else Taint.NONE,
             # Someone else's words never run a write without the owner's OK.
-            "mode": Mode.ASK if someone_elses else Mode.AUTO,
+            "mode": Mode.ASK if others else Mode.AUTO,
             "previous": previous,
             "started_because": why,
         }
@@ -445,7 +440,7 @@ def _take_in(
             rule=fields["rule"],
         )
 
-    if someone_elses and not chat.taint_at_least(Taint.PERSON):
+    if others and not chat.taint_at_least(Taint.PERSON):
         # Someone else's words just joined a chat of yours (dmScope shared): from now
         # on a write waits for your OK, as in any chat with someone else's words.
         chat = someone_elses_words_came(conversation=chat, who=inbound.peer)

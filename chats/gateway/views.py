@@ -47,7 +47,7 @@ from chats.gateway.routines import (
     routine_run_now,
 )
 from chats.gateway.routing import AgentRef
-from chats.gateway.selectors import gateway_config
+from chats.gateway.selectors import gateway_config, someone_elses
 from chats.gateway.services import (
     SessionTaken,
     channel_account_check,
@@ -67,6 +67,7 @@ from chats.gateway.telegram import (
 from chats.limits import LIMITS
 from chats.models import Agent
 from chats.runtime.chats import ConchError, default_agent
+from chats.toolsets import ToolSet, tool_set
 
 ERR_NO_TOKEN = "A gateway token is required: Authorization: Bearer <token>."
 ERR_BAD_TOKEN = "That gateway token is not valid."
@@ -292,6 +293,14 @@ def _playground_agents() -> tuple[dict[str, AgentRef], str]:
     return agents, default.slug
 
 
+def _playground_tool_set(owner, fired: pg.Fired) -> ToolSet:
+    """The tool set the message's session would get: its persona's, for you or for other people."""
+    agent = Agent.objects.filter(pk=fired.route.agent.id).first()
+    if agent is None:  # a sandbox persona, made up here: it has the defaults
+        agent = Agent(slug=fired.route.agent.slug)
+    return tool_set(agent, for_strangers=someone_elses(owner=owner, inbound=fired.inbound))
+
+
 def _playground_state(request: HttpRequest) -> pg.PlaygroundState:
     return pg.playground_load(request.session, dm_scope=gateway_config().dm_scope)
 
@@ -313,6 +322,7 @@ def _playground_page(
     context = {
         "board": board,
         "latest": latest,
+        "latest_tools": _playground_tool_set(request.user, latest) if latest else None,
         "winner_id": latest.route.rule.binding_id if latest else None,
         "scopes": [(value, SCOPE_WORDS[value]) for value in DmScope.values],
         "scope_words": SCOPE_WORDS.get(state.dm_scope, ""),

@@ -40,7 +40,18 @@ from chats.runtime.turns import (
     turn_end,
     turn_end_locked,
 )
-from chats.tools.registry import ToolContext, ToolError, get_tool, tools_offered, validate_args
+from chats.tools.registry import (
+    EDITING_FILES,
+    READING_FILES,
+    RUNNING_A_COMMAND,
+    Tool,
+    ToolContext,
+    ToolError,
+    get_tool,
+    tools_offered,
+    validate_args,
+)
+from chats.toolsets import tool_set_for
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +266,11 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
     raise EngineError(f"Unknown action {action!r}")
 
 
+def _uses_folder(tool: Tool) -> bool:
+    """Whether a tool reads, writes or runs in the chat's folder."""
+    return tool.family in (READING_FILES, EDITING_FILES, RUNNING_A_COMMAND)
+
+
 def _still_mine(turn_pk: int, worker: str) -> bool:
     return Turn.objects.filter(
         pk=turn_pk, state=TurnState.RUNNING, ended_at__isnull=True, claimed_by=worker
@@ -262,9 +278,13 @@ def _still_mine(turn_pk: int, worker: str) -> bool:
 
 
 def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any]) -> Advance:
-    conversation = turn.conversation
+    # The chat as it is now: someone else's words may have come in since the reply began.
+    conversation = Conversation.objects.select_related("agent").get(pk=turn.conversation_id)
     try:
         tool = get_tool(call.tool)
+        refused = tool_set_for(conversation).refusal(tool.name, uses_folder=_uses_folder(tool))
+        if refused:
+            raise ToolError(refused)
         if tool not in tools_offered(conversation):
             raise ToolError(f"The tool {call.tool!r} isn't offered to this chat.")
         args = validate_args(tool, call.args)
@@ -367,6 +387,10 @@ def _run_step(
         conversation = Conversation.objects.lock(conversation.pk)
         if not _still_mine(turn.pk, worker):
             return
+        # Checked again under the chat's lock: a tool asked for, or approved, before
+        # someone else's words came in is refused in words, never run.
+        toolset = tool_set_for(conversation)
+        refused = toolset.refusal(tool.name, uses_folder=_uses_folder(tool))
         now = timezone.now()
         step = Step.objects.create(
             turn=turn,
@@ -383,15 +407,19 @@ def _run_step(
     ctx = ToolContext(
         conversation=conversation,
         turn=turn,
-        folder=turn.folder,
+        # A chat with other people works in the persona's own folder, never the owner's.
+        folder=toolset.folder or turn.folder,
         step_id=step.pk,
         worker=worker,
         interrupted=lambda: _command_interrupted(turn.pk, worker),
         start_task=_task_starter(conversation),
+        sandbox_required=toolset.sandbox_required,
     )
     error = ""
     result_text = ""
     try:
+        if refused:
+            raise ToolError(refused)
         result = tool.run(ctx, args)
         result_text = result.text
     except ToolError as exc:

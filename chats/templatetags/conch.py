@@ -16,6 +16,7 @@ from chats import regions
 from chats.limits import LIMITS
 from chats.models import Origin
 from chats.tools.registry import ToolError, get_tool
+from chats.toolsets import ToolSet, tool_set_for
 
 register = template.Library()
 
@@ -132,3 +133,9 @@ def tool_family(name: str) -> str:
 def row_badge(row):
     """The badge for a sidebar row (a ``ChatSnapshot``)."""
     return regions.row_badge(row)
+
+
+@register.filter
+def tool_set(chat) -> ToolSet:
+    """The tool set this chat has now (its persona's for you, or for other people), with why."""
+    return tool_set_for(chat)

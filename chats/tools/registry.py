@@ -19,6 +19,7 @@ from jsonschema.exceptions import SchemaError, ValidationError, best_match
 from jsonschema.protocols import Validator
 
 from chats.models import Effect, Mode
+from chats.toolsets import tool_set_for
 
 if TYPE_CHECKING:
     from chats.models import Conversation, Task, Turn
@@ -75,6 +76,9 @@ class ToolContext:
     # start a task for this chat (``start_background_task``). A refusal is a ToolError,
     # a script that can't be played a ValueError. None outside a running reply.
     start_task: Callable[..., Task] | None = None
+    # Set by the runtime from the chat's tool set: commands run in the sandbox or not
+    # at all (a chat with someone else's words), whatever CONCH_SANDBOX says.
+    sandbox_required: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ class Tool:
     asks_first: Callable[[Conversation], bool] | None = None
 
     def must_ask(self, conversation: Conversation) -> bool:
+        if self.name in tool_set_for(conversation).ask_first:
+            return True  # the persona asks the owner first before this tool runs for other people
         if self.asks_first is not None:
             return self.asks_first(conversation)
         return self.asks_in_ask_mode and conversation.mode == Mode.ASK
@@ -141,11 +147,11 @@ def all_tools() -> list[Tool]:
 
 
 def tools_offered(conversation: Conversation) -> list[Tool]:
-    """The tools this chat is offered now: the persona's allowance, the mode, each tool's rule."""
-    allowed = set(conversation.agent.allowed_tools or [])
+    """The tools this chat is offered now: the persona's set for it, the mode, each tool's rule."""
+    allowed = tool_set_for(conversation)
     offered = []
     for tool in all_tools():
-        if allowed and tool.name not in allowed:
+        if not allowed.allows(tool.name):
             continue
         if conversation.mode == Mode.PLAN and tool.effect == Effect.WRITE:
             continue

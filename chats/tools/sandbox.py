@@ -51,6 +51,10 @@ ERR_SANDBOX_REQUIRED = (
     "CONCH_SANDBOX is 'required' and the sandbox does not work on this computer ({why}), "
     "so the command was not run."
 )
+ERR_SANDBOX_FOR_OTHER_PEOPLE = (
+    "Commands in a chat with someone else's words run only in the sandbox, and the sandbox "
+    "does not work on this computer ({why}), so the command was not run."
+)
 NOTE_NO_SANDBOX = (
     "Note: commands in this chat run without a sandbox on this computer ({why}). "
     "They can read and change whatever Conch's own user can, and reach the network."

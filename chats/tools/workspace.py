@@ -258,13 +258,15 @@ def _command_argv(
 ) -> tuple[list[str], bool, str]:
     """How to run ``command``: its argv, whether it is sandboxed, and a note for the chat."""
     shell = ["/bin/sh", "-c", command]
-    if settings.CONCH_SANDBOX == sandbox.SANDBOX_OFF:
+    if settings.CONCH_SANDBOX == sandbox.SANDBOX_OFF and not ctx.sandbox_required:
         return shell, False, ""
     probe = sandbox.sandbox_probe()
     if probe.works:
         return sandbox.bwrap_argv(probe.bwrap, folder, network=chosen.network) + shell, True, ""
     if settings.CONCH_SANDBOX == sandbox.SANDBOX_REQUIRED:
         raise ToolError(sandbox.ERR_SANDBOX_REQUIRED.format(why=probe.why))
+    if ctx.sandbox_required:
+        raise ToolError(sandbox.ERR_SANDBOX_FOR_OTHER_PEOPLE.format(why=probe.why))
     # auto, where bwrap doesn't work: the chat is told once, at its first such command.
     told = (
         Step.objects.filter(turn__conversation_id=ctx.conversation.pk, sandboxed=False)

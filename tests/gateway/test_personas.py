@@ -69,11 +69,12 @@ def test_no_personas_secret_is_in_any_chats_system_text_or_transcript(two_bots, 
 
 
 def test_each_persona_offers_its_own_tools(two_bots, receive):
-    two_bots["work"].allowed_tools = ["read_file", "list_files"]
+    # alice is not the owner: her chats get each persona's set for other people.
+    two_bots["work"].stranger_tools = ["read_file", "list_files"]
     two_bots["work"].save()
     work, home = chats_of_alice(receive)
     assert {t.name for t in tools_offered(work)} == {"read_file", "list_files"}
-    assert "write_file" in {t.name for t in tools_offered(home)}
+    assert tools_offered(home) == []  # the default for other people: words only
 
 
 def test_each_persona_has_its_own_session_store_on_export(two_bots, receive, tmp_path):

@@ -105,3 +105,14 @@ def play_template(tmp_path_factory) -> Path:
     assert made.returncode == 0, made.stderr
     assert template.is_file()
     return template
+
+
+@pytest.fixture
+def strangers_get_every_tool(agent):
+    """The persona gives chats with other people every tool (issue 18's set), so that what
+    refuses a cross-chat tool in such a chat is ADR 0134's own rule, ``offers_together``."""
+    from chats.tools.registry import all_tools
+
+    agent.stranger_tools = [tool.name for tool in all_tools()]
+    agent.save(update_fields=["stranger_tools"])
+    return agent

@@ -306,7 +306,7 @@ PROBLEM_LINES = {
     "unknown_top_field": (
         {**_one_chat(), "colour": "red"},
         "unknown field 'colour' at the top; expected actions, chats, description, files, max_ticks, "
-        "pages.",
+        "pages, persona.",
     ),
     "no_chats": ({"chats": []}, "chats must be a non-empty list of chats (got [])."),
     "max_ticks": (

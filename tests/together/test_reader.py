@@ -166,6 +166,8 @@ def test_nothing_about_a_chat_that_isnt_yours_reaches_anyone(stage):
     outside = ChatFactory(
         title="Outside agent", script=[[write("a.py"), look(), look()]], origin=Origin.PEER
     )
+    outside.agent.stranger_tools = ["write_file"]  # an outside agent's chat may write here
+    outside.agent.save()
     stage.start(outside)
     stage.step(outside, 1)
     mine = ChatFactory(title="Mine", script=[[look(), look()]])

@@ -234,6 +234,7 @@ def test_someone_elses_chat_looks_like_no_chat_at_all(live, second_owner):
     assert result(waiter)[1] == f"There is no chat {theirs.public_id} among the person's chats."
 
 
+@pytest.mark.usefixtures("strangers_get_every_tool")
 def test_a_chat_with_someone_elses_words_is_refused_wait_for_chat(live):
     target = ChatFactory(title="Target", script=[[look(), look()]])
     live.start(target)

@@ -51,6 +51,7 @@ from together.play.scenario import (
     ActionBase,
     ChatSpec,
     Kill,
+    PersonaSpec,
     Press,
     Scenario,
     ScenarioError,
@@ -237,6 +238,17 @@ class _Clock:
         self.seen.append((self.tick, event))
 
 
+def persona_set(spec: PersonaSpec, root: Path) -> None:
+    """Give the default persona the scenario's folder and tools for other people."""
+    folder = root / spec.folder
+    folder.mkdir(parents=True, exist_ok=True)
+    agent = default_agent()
+    agent.workspace = str(folder)
+    agent.stranger_tools = list(spec.stranger_tools)
+    agent.stranger_tools_ask_first = list(spec.stranger_tools_ask_first)
+    agent.save(update_fields=["workspace", "stranger_tools", "stranger_tools_ask_first"])
+
+
 def scenario_play(scenario: Scenario, *, root: Path) -> dict:
     """Seed, create the chats and play them tick by tick; return the report.
 
@@ -264,6 +276,8 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
             people = {"owner": owner}
             if any(spec.person == "second" for spec in scenario.chats):
                 people["second"] = second_person()
+            if scenario.persona is not None:
+                persona_set(scenario.persona, root)
             chats: list[Conversation] = []
             for spec in scenario.chats:
                 folder = root / spec.folder

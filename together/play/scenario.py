@@ -37,6 +37,7 @@ from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from chats.engines.scripted import ScriptError, validate_script
 from chats.models import Conversation, Inbound, Mode, Origin, Taint
+from chats.tools.registry import all_tools
 
 MAX_TICKS = 10_000
 FILE_LIMIT = 1_000_000
@@ -342,6 +343,27 @@ def _an_action(data: Any) -> Any:
     return data
 
 
+def _registered_tools(names: list[str]) -> list[str]:
+    known = {tool.name for tool in all_tools()}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise _problem(SAYS, f"{', '.join(map(repr, unknown))}: no tool has that name.")
+    return names
+
+
+ToolNames = Annotated[list[StrictStr], AfterValidator(_registered_tools)]
+
+
+class PersonaSpec(BaseModel):
+    """The persona the scenario's chats use: its own folder and its tools for other people."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    folder: RootPath
+    stranger_tools: ToolNames = Field(default_factory=list)
+    stranger_tools_ask_first: ToolNames = Field(default_factory=list)
+
+
 class ChatSpec(BaseModel):
     """One of the scenario's chats. Its id is ``c_<name>``."""
 
@@ -469,6 +491,8 @@ class Scenario(BaseModel):
         default_factory=dict,
         description='an object mapping paths to their text: {"/a.html": "..."}',
     )
+    # The default persona's folder and tool set for chats with other people (none: words only).
+    persona: PersonaSpec | None = None
     chats: list[ChatSpec] = Field(min_length=1, description="a non-empty list of chats")
     # What else happens, tick by tick: the runner killed and restarted, the clock moved,
     # the person's presses and changes to a chat, someone else's words (below).
