@@ -27,7 +27,7 @@ from django.core.management import call_command  # noqa: E402
 
 from chats import events  # noqa: E402
 from chats.engines import register_engine  # noqa: E402
-from chats.gateway.models import ChannelAccount, OutboxMessage  # noqa: E402
+from chats.gateway.models import ChannelAccount, OutboxMessage, OwnerIdentity  # noqa: E402
 from chats.gateway.services import inbound_receive  # noqa: E402
 from chats.gateway.telegram import telegram_inbound  # noqa: E402
 from chats.models import Agent, Conversation, Task, TaskState, Turn  # noqa: E402
@@ -86,6 +86,8 @@ def main() -> None:
     workspace = os.path.join(os.environ["CONCH_HOME"], "ws")
     agent = Agent.objects.create(slug="main", name="Conch", workspace=workspace, is_default=True)
 
+    # alice is the owner on Slack: her session gets the persona's tools for its owner.
+    OwnerIdentity.objects.create(owner=owner, channel="slack", peer="alice")
     # A gateway session whose first reply will start two slow background crawls.
     first = inbound_receive(
         owner=owner, inbound=message(channel="slack", peer="alice", text="crawl the docs")
