@@ -76,7 +76,7 @@ FENCE_OVERHEAD = 120
 # A tool's answer is kept to LIMITS.tool_result_chars; the frames and fences must fit whole.
 ANSWER_LIMIT = LIMITS.tool_result_chars - 200
 WORDS = (EntryRole.PERSON, EntryRole.ASSISTANT)
-ROLE_WORDS = {EntryRole.PERSON: "the person", EntryRole.ASSISTANT: "the assistant"}
+ROLE_WORDS: dict[str, str] = {EntryRole.PERSON: "the person", EntryRole.ASSISTANT: "the assistant"}
 MARK_START, MARK_END = "\u27e6", "\u27e7"  # ⟦ ⟧: the database marks the words that matched
 
 ERR_NOT_OFFERED = "{tool} isn't offered to this chat."

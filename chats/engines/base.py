@@ -90,7 +90,8 @@ class Decision:
 
 
 class Engine(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def next_action(self, given: EngineInput) -> Decision: ...
 

@@ -18,7 +18,7 @@ from django.forms.models import BaseInlineFormSet
 from chats.admin import AgentAdmin, ReadOnlyAdmin
 from chats.forms import WriteOnlySecretMixin
 from chats.gateway.forms import RoutineAdminForm
-from chats.gateway.ladder import ERR_TIE, binding_conflicts, compile_binding
+from chats.gateway.ladder import ERR_TIE, CompiledBinding, binding_conflicts, compile_binding
 from chats.gateway.models import (
     Binding,
     ChannelAccount,
@@ -75,7 +75,7 @@ class AgentForm(forms.ModelForm):
     def _get_validation_exclusions(self):
         # Making this agent the default retires the old one in save_model, so the
         # one-default constraint is not checked against the old default here.
-        exclude = super()._get_validation_exclusions()
+        exclude = super()._get_validation_exclusions()  # type: ignore[misc]  # Django's, not in the stubs
         exclude.add("is_default")
         return exclude
 
@@ -86,7 +86,7 @@ class BindingFormSet(BaseInlineFormSet):
     def clean(self) -> None:
         super().clean()
         agent = self.instance
-        seen = []
+        seen: list[CompiledBinding] = []
         for form in self.forms:
             data = getattr(form, "cleaned_data", None)
             if not data or data.get("DELETE") or not data.get("channel"):
@@ -174,14 +174,13 @@ class SessionOriginInline(admin.StackedInline):
     fk_name = "conversation"
     can_delete = False
     extra = 0
-    readonly_fields = [
+    readonly_fields = fields = (
         *SessionOrigin.ORIGIN_FIELDS,
         "previous",
         "started_because",
         "ended_because",
         "reset_pending",
-    ]
-    fields = readonly_fields
+    )
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -418,8 +417,15 @@ class ResetPolicyAdmin(admin.ModelAdmin):
 
 class RoutineRunInline(admin.TabularInline):
     model = RoutineRun
-    fields = ["due_at", "trigger", "state", "missed", "conversation", "ended_at", "reason"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "due_at",
+        "trigger",
+        "state",
+        "missed",
+        "conversation",
+        "ended_at",
+        "reason",
+    )
     extra = 0
     max_num = 0
     can_delete = False

@@ -143,11 +143,13 @@ class PlaygroundMessageForm(forms.Form):
 ERR_ROUTINE_NO_SENDER = "Conch can't send to {channel} yet; it sends to: {known}."
 
 
-class RoutineChecks:
+class RoutineChecks(forms.ModelForm):
     """What a routine's forms check beyond the model: a peer's chat app is one Conch sends to."""
 
     def _post_clean(self) -> None:
-        super()._post_clean()  # the model's own checks first: the channel is normalised there
+        # The model's own checks first: the channel is normalised there. (Django's hook,
+        # which the stubs leave out.)
+        super()._post_clean()  # type: ignore[misc]
         routine = self.instance
         if "channel" in self.errors or routine.deliver != RoutineDelivery.PEER:
             return
@@ -221,9 +223,13 @@ class RoutineForm(RoutineChecks, forms.ModelForm):
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
         self.instance.owner = owner
-        self.fields["agent"].empty_label = None
+        agent_field = self.fields["agent"]
+        target_field = self.fields["target_chat"]
+        assert isinstance(agent_field, forms.ModelChoiceField)
+        assert isinstance(target_field, forms.ModelChoiceField)
+        agent_field.empty_label = None
         # A chat of yours, never a routine's own run.
-        self.fields["target_chat"].queryset = (
+        target_field.queryset = (
             Conversation.objects.filter(owner=owner, archived=False)
             .exclude(origin=Origin.ROUTINE)
             .order_by("-last_interaction_at")

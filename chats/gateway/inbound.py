@@ -32,7 +32,7 @@ from chats.gateway.models import ChatType
 from chats.limits import LIMITS
 
 # The kind of peer each chat type's routing peer is (a thread is a channel, as in OpenClaw).
-PEER_KIND = {
+PEER_KIND: dict[str, str] = {
     ChatType.DM: DIRECT,
     ChatType.GROUP: GROUP,
     ChatType.THREAD: CHANNEL,

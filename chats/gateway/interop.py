@@ -243,7 +243,8 @@ def _entry_from(line: dict[str, Any], where: str, next_seq: int) -> Entry | None
         return None
     conch: dict[str, Any] = line["conch"] if isinstance(line.get("conch"), dict) else {}
     if kind_of_line == "compaction":
-        text, role, kind = line.get("summary"), EntryRole.CONCH, EntryKind.RECAP
+        role: str = EntryRole.CONCH
+        text, kind = line.get("summary"), EntryKind.RECAP
     elif kind_of_line == "message":
         message = line.get("message")
         if not isinstance(message, dict):

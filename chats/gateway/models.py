@@ -650,7 +650,12 @@ class Routine(models.Model):
         if self.deliver == RoutineDelivery.CHAT:
             if self.target_chat_id is None:
                 raise ValidationError({"target_chat": ERR_ROUTINE_NO_CHAT})
-            if self.owner_id is not None and self.target_chat.owner_id != self.owner_id:
+            target = self.target_chat
+            if (
+                self.owner_id is not None
+                and target is not None
+                and target.owner_id != self.owner_id
+            ):
                 raise ValidationError({"target_chat": ERR_ROUTINE_NOT_YOURS})
         if self.deliver == RoutineDelivery.PEER:
             # Whether Conch can send to the channel is the forms' to say (the outbox's

@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -258,7 +259,7 @@ def routine_fire_due(
         latest = times[-1]
         missed = len(times) - 1
         late = now - latest > MISSED_AFTER
-        claim = {"due_at": latest, "missed": missed, "missed_more": more}
+        claim: dict[str, Any] = {"due_at": latest, "missed": missed, "missed_more": more}
         if routine.missed == RoutineMissed.SKIP and (missed or late):
             claim |= {"trigger": RunTrigger.CAUGHT_UP, "state": RunState.SKIPPED}
             run = _claim(routine, now=now, reason=ERR_SKIPPED, **claim)
@@ -326,7 +327,7 @@ def on_run_end(turn: Turn) -> None:
         reason=(turn.end_reason or "")[:2000],
     )
     routine = run.routine
-    if not ended or routine.deliver != RoutineDelivery.CHAT or not words:
+    if not ended or routine.deliver != RoutineDelivery.CHAT or not words or not run.conversation:
         return
     _deliver_to_chat(routine=routine, run_chat=run.conversation, words=words)
 

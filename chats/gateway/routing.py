@@ -77,7 +77,7 @@ _NO_ROLES: frozenset[str] = frozenset()
 def _roles_from_text(text: str | None) -> list[Any]:
     if text in EMPTY_ROLES:
         return []
-    roles = json.loads(text)
+    roles = json.loads(text or "[]")
     return roles if isinstance(roles, list) else []
 
 
@@ -381,12 +381,13 @@ class RouteIndex:
             agent, rule = self.default, self._default_rule
         else:
             agent = self.agents[binding.agent_id]
-            rule = self._rules.get((id(binding), tier))
-            if rule is None:
+            known = self._rules.get((id(binding), tier))
+            if known is None:
                 label = binding.label
                 if tier != binding.tier:  # a peer binding reached through a thread's parent
                     label = f"{tier} (inherited from {label})"
-                rule = self._rules.setdefault((id(binding), tier), Rule(tier, binding.id, label))
+                known = self._rules.setdefault((id(binding), tier), Rule(tier, binding.id, label))
+            rule = known
         scope = dm_scope or self.dm_scope
         main_key = main_key_for(inbound, dm_scope=scope, identity_links=self.identity_links)
         return Route(

@@ -18,6 +18,7 @@ import logging
 import secrets
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -292,7 +293,7 @@ def inbound_receive(
     reply_to = reply_to if reply_to is not None else default_reply_to(inbound)
     command = manual_reset(inbound.text) if inbound.chat_type != ChatType.CRON else None
 
-    base = {
+    base: dict[str, Any] = {
         "session_key": route.session_key,
         "agent": route.agent.slug,
         "rule": route.rule.label,
@@ -307,7 +308,11 @@ def inbound_receive(
                 account_id=inbound.account_id,
                 message_id=inbound.message_id,
             ).first()
-            chat = Conversation.objects.filter(pk=first.conversation_id).first() if first else None
+            chat = (
+                Conversation.objects.filter(pk=first.conversation_id).first()
+                if first is not None and first.conversation_id is not None
+                else None
+            )
             return InboundResult(outcome="duplicate", chat=chat.public_id if chat else None, **base)
         outcome, chat = _take_in(owner, inbound, route, reply_to, command, now)
         InboundRecord.objects.filter(pk=record.pk).update(conversation=chat, outcome=outcome)
@@ -500,6 +505,7 @@ def session_reset_after_reply(
         if not texts:
             return None  # the next message opens the next generation
         fields = {name: getattr(origin, name) for name in SessionOrigin.ORIGIN_FIELDS}
+        assert chat.session_key, "a chat with a session origin has a session key"
         fresh = session_start(
             owner=chat.owner,
             agent=chat.agent,

@@ -326,7 +326,10 @@ def telegram_chat_migrate(*, account_id: str, old_chat_id: int, new_chat_id: int
         )
         for origin in origins:
             chat = origin.conversation
-            fields = {"group_id": new, "reply_to": {**origin.reply_to, "chat_id": new_chat_id}}
+            fields: dict[str, Any] = {
+                "group_id": new,
+                "reply_to": {**origin.reply_to, "chat_id": new_chat_id},
+            }
             if origin.chat_type == ChatType.THREAD and origin.parent_peer == old:
                 fields["parent_peer"] = new
             SessionOrigin.objects.filter(pk=origin.pk).update(**fields)

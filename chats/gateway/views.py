@@ -16,7 +16,7 @@ from __future__ import annotations
 import uuid
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.csrf import csrf_exempt
@@ -68,6 +68,7 @@ from chats.limits import LIMITS
 from chats.models import Agent
 from chats.runtime.chats import ConchError, default_agent
 from chats.toolsets import ToolSet, tool_set
+from conch.http import HtmxHttpRequest
 
 ERR_NO_TOKEN = "A gateway token is required: Authorization: Bearer <token>."
 ERR_BAD_TOKEN = "That gateway token is not valid."
@@ -79,7 +80,7 @@ def _refused(message: str, status: int, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
 
 
-def _json_body(request: HttpRequest):
+def _json_body(request: HtmxHttpRequest):
     """The body as JSON, read at most LIMITS.inbound_body_bytes bytes far.
 
     ``request.body`` would raise Django's RequestDataTooBig (an HTML 400) past
@@ -109,7 +110,7 @@ def _account_known_shape(account: str) -> bool:
     return True
 
 
-def _bearer(request: HttpRequest) -> str | None:
+def _bearer(request: HtmxHttpRequest) -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -123,7 +124,7 @@ def _result(result) -> JsonResponse:
 
 @csrf_exempt
 @require_POST
-def inbound(request: HttpRequest) -> JsonResponse:
+def inbound(request: HtmxHttpRequest) -> JsonResponse:
     token = _bearer(request)
     if token is None:
         response = _refused(ERR_NO_TOKEN, 401)
@@ -149,7 +150,7 @@ def inbound(request: HttpRequest) -> JsonResponse:
 
 @csrf_exempt
 @require_POST
-def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
+def telegram_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
     """Telegram's door. Past the secret, every update is answered 200: one we choose not to
     take is logged and kept in the admin as refused or ignored, since any other answer makes
     Telegram resend it for hours and hold back the updates behind it."""
@@ -210,7 +211,7 @@ def telegram_webhook(request: HttpRequest, account: str) -> JsonResponse:
 
 PLAYGROUND = "playground.html"
 PLAYGROUND_REGIONS = ("pg-scope", "pg-bindings", "pg-palette", "pg-result", "pg-sessions", "pg-log")
-SCOPE_WORDS = {
+SCOPE_WORDS: dict[str, str] = {
     DmScope.SHARED: "Every DM, from anyone, on any app, lands in one session: dm:shared. "
     "One person's words reach another.",
     DmScope.PER_PEER: "One session per person (dm:alice), the same one on every app.",
@@ -301,12 +302,12 @@ def _playground_tool_set(owner, fired: pg.Fired) -> ToolSet:
     return tool_set(agent, for_strangers=someone_elses(owner=owner, inbound=fired.inbound))
 
 
-def _playground_state(request: HttpRequest) -> pg.PlaygroundState:
+def _playground_state(request: HtmxHttpRequest) -> pg.PlaygroundState:
     return pg.playground_load(request.session, dm_scope=gateway_config().dm_scope)
 
 
 def _playground_page(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     state: pg.PlaygroundState,
     *,
     status: int = 200,
@@ -354,7 +355,9 @@ def _playground_page(
     return render(request, PLAYGROUND, context, status=status)
 
 
-def _playground_done(request: HttpRequest, state: pg.PlaygroundState, **refusal) -> HttpResponse:
+def _playground_done(
+    request: HtmxHttpRequest, state: pg.PlaygroundState, **refusal
+) -> HttpResponse:
     """Save, then: the regions under HTMX, else back to the page (or the page with a 400)."""
     pg.playground_save(request.session, state)
     if refusal:
@@ -366,13 +369,13 @@ def _playground_done(request: HttpRequest, state: pg.PlaygroundState, **refusal)
 
 @login_required
 @require_GET
-def playground(request: HttpRequest) -> HttpResponse:
+def playground(request: HtmxHttpRequest) -> HttpResponse:
     return _playground_page(request, _playground_state(request))
 
 
 @login_required
 @require_POST
-def playground_scope(request: HttpRequest) -> HttpResponse:
+def playground_scope(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     form = PlaygroundScopeForm(request.POST)
     if not form.is_valid():
@@ -383,7 +386,7 @@ def playground_scope(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def playground_binding_add(request: HttpRequest) -> HttpResponse:
+def playground_binding_add(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     form = PlaygroundBindingForm(request.POST)
     values = {name: request.POST.get(name, "") for name in form.fields}
@@ -401,7 +404,7 @@ def playground_binding_add(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def playground_binding_remove(request: HttpRequest, binding_id: int) -> HttpResponse:
+def playground_binding_remove(request: HtmxHttpRequest, binding_id: int) -> HttpResponse:
     state = _playground_state(request)
     try:
         pg.playground_binding_remove(state=state, binding_id=binding_id)
@@ -412,7 +415,7 @@ def playground_binding_remove(request: HttpRequest, binding_id: int) -> HttpResp
 
 @login_required
 @require_POST
-def playground_fire(request: HttpRequest) -> HttpResponse:
+def playground_fire(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     agents, default_slug = _playground_agents()
     custom = None
@@ -439,7 +442,7 @@ def playground_fire(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def playground_clear(request: HttpRequest) -> HttpResponse:
+def playground_clear(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     pg.playground_clear(state=state, bindings=request.POST.get("what") == "everything")
     return _playground_done(request, state)
@@ -454,20 +457,22 @@ ROUTINE_REGIONS = ("rt-controls", "rt-times", "rt-runs")
 RUNS_SHOWN = 20
 
 
-def _routines_page(request: HttpRequest, form: RoutineForm, *, status: int = 200) -> HttpResponse:
-    routines = Routine.objects.filter(owner=request.user).select_related("agent")
+def _routines_page(
+    request: HtmxHttpRequest, form: RoutineForm, *, status: int = 200
+) -> HttpResponse:
+    routines = Routine.objects.filter(owner_id=request.user.pk).select_related("agent")
     return render(request, ROUTINES, {"routines": routines, "form": form}, status=status)
 
 
 @login_required
 @require_GET
-def routines(request: HttpRequest) -> HttpResponse:
+def routines(request: HtmxHttpRequest) -> HttpResponse:
     return _routines_page(request, RoutineForm(owner=request.user))
 
 
 @login_required
 @require_POST
-def routine_new(request: HttpRequest) -> HttpResponse:
+def routine_new(request: HtmxHttpRequest) -> HttpResponse:
     form = RoutineForm(request.POST, owner=request.user)
     if not form.is_valid():
         return _routines_page(request, form, status=400)
@@ -476,7 +481,7 @@ def routine_new(request: HttpRequest) -> HttpResponse:
     return redirect("gateway:routine", public_id=routine.public_id)
 
 
-def _routine_for(request: HttpRequest, public_id: str) -> Routine:
+def _routine_for(request: HtmxHttpRequest, public_id: str) -> Routine:
     """The person's own routine; anyone else's is not found."""
     return get_object_or_404(
         Routine.objects.select_related("agent", "target_chat"),
@@ -497,7 +502,7 @@ def _routine_context(routine: Routine) -> dict:
     }
 
 
-def _routine_answer(request: HttpRequest, routine: Routine) -> HttpResponse:
+def _routine_answer(request: HtmxHttpRequest, routine: Routine) -> HttpResponse:
     """Under HTMX the page's regions, as out-of-band swaps; else back to the page."""
     if not request.htmx:
         return redirect("gateway:routine", public_id=routine.public_id)
@@ -511,14 +516,14 @@ def _routine_answer(request: HttpRequest, routine: Routine) -> HttpResponse:
 
 @login_required
 @require_GET
-def routine_page(request: HttpRequest, public_id: str) -> HttpResponse:
+def routine_page(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     routine = _routine_for(request, public_id)
     return render(request, ROUTINE, _routine_context(routine))
 
 
 @login_required
 @require_GET
-def routine_regions(request: HttpRequest, public_id: str) -> HttpResponse:
+def routine_regions(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     """The history, polled while a run is running."""
     routine = _routine_for(request, public_id)
     return render(request, f"{ROUTINE}#rt-runs", _routine_context(routine))
@@ -526,21 +531,21 @@ def routine_regions(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def routine_pause_view(request: HttpRequest, public_id: str) -> HttpResponse:
+def routine_pause_view(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     routine = routine_pause(routine=_routine_for(request, public_id))
     return _routine_answer(request, routine)
 
 
 @login_required
 @require_POST
-def routine_resume_view(request: HttpRequest, public_id: str) -> HttpResponse:
+def routine_resume_view(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     routine = routine_resume(routine=_routine_for(request, public_id))
     return _routine_answer(request, routine)
 
 
 @login_required
 @require_POST
-def routine_run_now_view(request: HttpRequest, public_id: str) -> HttpResponse:
+def routine_run_now_view(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     routine = _routine_for(request, public_id)
     routine_run_now(routine=routine)
     return _routine_answer(request, routine)

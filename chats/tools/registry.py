@@ -10,7 +10,7 @@ imports ``together``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -243,12 +243,14 @@ def _in_words(tool: Tool, error: ValidationError) -> str:
     """The error as the assistant reads it, naming the argument by its path."""
     path = _argument_path(error.absolute_path)
     keyword = error.validator
+    schema = error.schema if isinstance(error.schema, Mapping) else {}
     if keyword == "required" and isinstance(error.instance, dict):
-        missing = next((n for n in error.validator_value if n not in error.instance), "?")
+        wanted = error.validator_value if isinstance(error.validator_value, list) else []
+        missing = next((n for n in wanted if n not in error.instance), "?")
         return ERR_MISSING.format(tool=tool.name, name=_within(path, missing))
     if keyword == "additionalProperties" and isinstance(error.instance, dict):
-        known = error.schema.get("properties", {})
-        patterns = error.schema.get("patternProperties", {})
+        known = schema.get("properties", {})
+        patterns = schema.get("patternProperties", {})
         extra = next(
             (
                 n

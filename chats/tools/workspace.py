@@ -268,11 +268,10 @@ def _command_argv(
     if ctx.sandbox_required:
         raise ToolError(sandbox.ERR_SANDBOX_FOR_OTHER_PEOPLE.format(why=probe.why))
     # auto, where bwrap doesn't work: the chat is told once, at its first such command.
-    told = (
-        Step.objects.filter(turn__conversation_id=ctx.conversation.pk, sandboxed=False)
-        .exclude(pk=ctx.step_id)
-        .exists()
-    )
+    others = Step.objects.filter(turn__conversation_id=ctx.conversation.pk, sandboxed=False)
+    if ctx.step_id is not None:
+        others = others.exclude(pk=ctx.step_id)
+    told = others.exists()
     return shell, False, "" if told else sandbox.NOTE_NO_SANDBOX.format(why=probe.why) + "\n"
 
 

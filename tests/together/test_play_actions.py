@@ -126,10 +126,11 @@ def test_the_clock_moves_and_runs_the_sweeps_whose_period_passed(report):
     runner = report["runner"]
     assert runner["clock_moved_seconds"] == 600
     at_five = [s["sweep"] for s in runner["sweeps"] if s["tick"] == 5]
-    # Ten minutes: the waits' 30-second look and the outbox's run; the hourly maintenance
-    # runs only with the restart that follows, as every runner's first loop does.
-    assert at_five[:3] == ["gateway.outbox", "gateway.resets", "waits"]
-    assert at_five[3:] == ["gateway.outbox", "gateway.resets", "gateway.maintenance", "waits"]
+    # Ten minutes: the waits' 30-second look, the outbox's and the routines' runs; the hourly
+    # maintenance runs only with the restart that follows, as every runner's first loop does.
+    moved = ["gateway.outbox", "gateway.resets", "gateway.routines", "waits"]
+    assert at_five[:4] == moved
+    assert at_five[4:] == [*moved[:3], "gateway.maintenance", "waits"]
 
 
 def test_someone_elses_words_make_the_chat_not_only_yours_and_ask_first(report):

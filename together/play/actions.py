@@ -293,7 +293,7 @@ def _failed(action: ActionBase, index: int, why: str) -> str:
     return ERR_ACTION_FAILED.format(
         index=index,
         at=action.at,
-        do=action.do,
+        do=getattr(action, "do", ""),  # every action names what it does
         chat=getattr(action, "chat", ""),
-        why=why,  # type: ignore[attr-defined]
+        why=why,
     )

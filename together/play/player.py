@@ -309,8 +309,8 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                 for index, press in enumerate(spec.presses):
                     pressing.setdefault(press.at, []).append((chat, spec, index, press))
             acting: dict[int, list[tuple[int, ActionBase]]] = {}
-            for index, action in enumerate(scenario.actions):
-                acting.setdefault(action.at, []).append((index, action))
+            for index, planned in enumerate(scenario.actions):
+                acting.setdefault(planned.at, []).append((index, planned))
             last_due = max([*due, *pressing, *acting], default=-1)
             named = [chat.pk for chat in chats]
 

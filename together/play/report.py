@@ -134,8 +134,8 @@ def report_make(
             chat, names.get(chat.public_id, chat.public_id), paths, by_chat, timeline
         )
         for reply in shown["replies"]:
-            seen = runner.inputs.for_report(chat.public_id, reply["number"]) if runner else []
-            reply["inputs"] = paths.value(seen)
+            given = runner.inputs.for_report(chat.public_id, reply["number"]) if runner else []
+            reply["inputs"] = paths.value(given)
         shown["person"] = persons.get(chat.public_id, "owner")
         shown["presses"] = presses.get(chat.public_id, [])
         shown["messages"] = [

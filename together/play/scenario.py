@@ -329,7 +329,7 @@ Action = Annotated[
     Discriminator("do"),
 ]
 ACTIONS: dict[str, type[ActionBase]] = {
-    model.model_fields["do"].annotation.__args__[0]: model  # type: ignore[union-attr]
+    model.model_fields["do"].annotation.__args__[0]: model
     for model in typing.get_args(typing.get_args(Action)[0])
 }
 ON_A_CHAT = tuple(name for name, model in ACTIONS.items() if issubclass(model, OnAChat))

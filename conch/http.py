@@ -1,0 +1,12 @@
+"""The request every view gets: django-htmx's middleware has set ``request.htmx`` on it."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django_htmx.middleware import HtmxDetails
+
+
+class HtmxHttpRequest(HttpRequest):
+    """How views annotate their request, so ``request.htmx`` is typed (django-htmx's advice)."""
+
+    htmx: HtmxDetails
