@@ -119,7 +119,33 @@ class WaitAnswer:
 
 
 def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
-    """Wait for a chat of yours or a task of this chat's. Two waits for the same id are one."""
+    """Wait for a chat of yours or a task of this chat's. Two waits for the same id are one.
+
+    One transaction, holding the waiter's lock. The runtime calls this in the step's last
+    transaction, so the wait commits with the reply letting go (``ToolContext.at_step_end``).
+    """
+    with transaction.atomic():
+        waiter = Conversation.objects.lock(waiter.pk)
+        answer = _wait_begin(waiter=waiter, turn=turn, kind=kind, target_id=target_id)
+        if answer.wait is not None:
+            # The target may have finished between the look and this commit: look again after it.
+            wait_pk = answer.wait.pk
+            transaction.on_commit(lambda: _look_again(wait_pk))
+    return answer
+
+
+def _look_again(wait_pk: int) -> None:
+    wait = (
+        Wait.objects.filter(pk=wait_pk, state=WaitState.WAITING)
+        .select_related("waiter", "target_chat", "target_task")
+        .first()
+    )
+    if wait is not None and _done(wait):
+        wake(wait=wait)
+
+
+def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
+    """Precondition: inside ``wait_for``'s transaction, holding its locks."""
     if kind == WaitKind.CHAT:
         target = _find_chat(waiter, target_id)
         title, public_id = target.title, target.public_id

@@ -75,6 +75,12 @@ class ToolContext:
     # start a task for this chat (``start_background_task``). A refusal is a ToolError,
     # a script that can't be played a ValueError. None outside a running reply.
     start_task: Callable[..., Task] | None = None
+    # Set by a tool whose writes must commit with the step's end, never before it
+    # (``wait_for``: the wait and the reply letting go are one transaction, so a crash
+    # between them can't leave a wait whose reply is played again). The runtime calls it
+    # in the step's last transaction, holding the chat's lock, only while the reply is
+    # still this runner's; its ToolResult is the step's, a ToolError refuses the step.
+    at_step_end: Callable[[], ToolResult] | None = None
 
 
 @dataclass(frozen=True)
