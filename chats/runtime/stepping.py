@@ -192,6 +192,10 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
 
     at_start = not turn.engine_state.get("started")
     notes = _take_in(turn, at_start)
+    # Taint comes before the first action: the engine, the tools offered and each tool's
+    # must_ask see the chat as its intake left it, never as this step found it.
+    conversation = Conversation.objects.select_related("agent").get(pk=conversation.pk)
+    turn.conversation = conversation
     engine_state = {**turn.engine_state, "started": True}
     try:
         engine = engine_for(conversation.agent)
@@ -283,9 +287,11 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
         _record_refused_step(turn, worker, call, str(exc), new_state)
         return Advance(True, "tool")
 
-    if tool.must_ask(conversation):
-        with transaction.atomic():
-            conversation = Conversation.objects.lock(conversation.pk)
+    with transaction.atomic():
+        # must_ask reads the chat as it is now: a wait's wake or a message may have tainted
+        # it in another process since this step began (issue 13 item 1).
+        conversation = Conversation.objects.lock(conversation.pk)
+        if tool.must_ask(conversation):
             if not _still_mine(turn.pk, worker):
                 return Advance(False)
             pending = {
@@ -305,7 +311,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
             conversation.status = Status.NEEDS_YOU
             conversation.save(update_fields=["status", "updated_at"])
             events.publish_chat(conversation, events.STATUS, turn=turn.number, asks=tool.name)
-        return Advance(False, "needs_you")
+            return Advance(False, "needs_you")
     _run_step(turn, worker, tool, args, new_state)
     return Advance(True, "tool")
 
