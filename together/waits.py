@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -49,6 +50,11 @@ LOOK_EVERY = 30.0
 ERR_NO_SUCH_TASK = "There is no task {id} among this chat's tasks."
 ERR_WAIT_BACK = (
     "“{title}” (chat {id}) is waiting for this chat. Waiting back would only wake each in turn; "
+    "finish your part instead."
+)
+ERR_WAIT_CYCLE = (
+    "“{title}” (chat {id}) already waits, through {through}, for this chat. Waiting "
+    "for it would close a circle of {n} chats, each waiting for the next, none ever done; "
     "finish your part instead."
 )
 ERR_SELF = "A chat can't wait for itself."
@@ -121,11 +127,14 @@ class WaitAnswer:
 def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
     """Wait for a chat of yours or a task of this chat's. Two waits for the same id are one.
 
-    One transaction, holding the waiter's lock. The runtime calls this in the step's last
+    One transaction, holding the waiter's lock and then its owner's: the waits one
+    person's chats begin are begun one at a time, so two chats can't close a cycle at
+    the same moment (:func:`cycle_through`). The runtime calls this in the step's last
     transaction, so the wait commits with the reply letting go (``ToolContext.at_step_end``).
     """
     with transaction.atomic():
         waiter = Conversation.objects.lock(waiter.pk)
+        get_user_model().objects.select_for_update().filter(pk=waiter.owner_id).exists()
         answer = _wait_begin(waiter=waiter, turn=turn, kind=kind, target_id=target_id)
         if answer.wait is not None:
             # The target may have finished between the look and this commit: look again after it.
@@ -149,11 +158,9 @@ def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) 
     if kind == WaitKind.CHAT:
         target = _find_chat(waiter, target_id)
         title, public_id = target.title, target.public_id
-        back = Wait.objects.filter(
-            waiter=target, target_chat=waiter, state=WaitState.WAITING
-        ).exists()
-        if back:
-            raise ConchError(ERR_WAIT_BACK.format(title=plain(target.title), id=target.public_id))
+        cycle = cycle_through(waiter=waiter, target_pk=target.pk)
+        if cycle is not None:
+            raise ConchError(_cycle_refusal(target, cycle))
         if not chat_still_working(target):
             return WaitAnswer(
                 _chat_outcome_text(waiter, target, bare=False, taint_first=True), let_go=False
@@ -228,6 +235,49 @@ def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) 
         "a new one starts when it's done, with how it ended.",
         let_go=True,
         wait=wait,
+    )
+
+
+def cycle_through(*, waiter: Conversation, target_pk: int) -> list[int] | None:
+    """The chats (pks, from the target on) through which ``target`` already waits for
+    ``waiter``, or None: a wait for it would close that cycle, of any length (issue 13
+    item 2). A wait for a task counts as a wait for the task's chat.
+
+    One query: every wait still waiting among the owner's chats.
+    """
+    edges: dict[int, set[int]] = {}
+    rows = Wait.objects.filter(state=WaitState.WAITING, waiter__owner_id=waiter.owner_id)
+    for source, chat, task_chat in rows.values_list(
+        "waiter_id", "target_chat_id", "target_task__chat_id"
+    ):
+        for to in (chat, task_chat):
+            if to is not None:
+                edges.setdefault(source, set()).add(to)
+    came_from: dict[int, int | None] = {target_pk: None}
+    frontier = [target_pk]
+    while frontier:
+        following = []
+        for pk in frontier:
+            for to in sorted(edges.get(pk, ())):
+                if to == waiter.pk:
+                    path = [pk]
+                    while came_from[path[-1]] is not None:
+                        path.append(came_from[path[-1]])
+                    return list(reversed(path))
+                if to not in came_from:
+                    came_from[to] = pk
+                    following.append(to)
+        frontier = following
+    return None
+
+
+def _cycle_refusal(target: Conversation, cycle: list[int]) -> str:
+    if len(cycle) == 1:
+        return ERR_WAIT_BACK.format(title=plain(target.title), id=target.public_id)
+    ids = dict(Conversation.objects.filter(pk__in=cycle).values_list("pk", "public_id"))
+    through = " and ".join(f"chat {ids.get(pk, '?')}" for pk in cycle[1:])
+    return ERR_WAIT_CYCLE.format(
+        title=plain(target.title), id=target.public_id, through=through, n=len(cycle) + 1
     )
 
 
