@@ -16,6 +16,8 @@ Kept here:
   holding their row locks, with every chat of the batch at once.
 - :func:`card_loader_add`: explains a kind of card in a chat's transcript (``chats.cards``).
 - :func:`register_sweep`: a periodic job for every runner (``chats.runtime.runner``).
+- :func:`add_in_use_check`: which of some chats hold something live of an app's (a wait),
+  so maintenance never prunes them (``chats.gateway.maintenance``).
 
 Kept beside what they register, and named here:
 
@@ -55,6 +57,7 @@ __all__ = [
     "register_engine",
     "register_summarizer",
     "register_sweep",
+    "add_in_use_check",
     "register_tool",
     "subscribe",
 ]
@@ -86,6 +89,9 @@ turn_end_hooks: list[TurnHook] = []
 before_delete_hooks: list[ChatsHook] = []
 card_loaders: dict[str, CardLoader] = {}
 sweeps: list[Sweep] = []
+# Of these chats' pks, the ones in use by an app (a live wait): never idle, never pruned.
+InUseCheck = Callable[[list[int]], set[int]]
+in_use_checks: list[InUseCheck] = []
 
 
 def add_note_provider(provider: NoteProvider) -> None:
@@ -113,6 +119,13 @@ def card_loader_add(kind: str, loader: CardLoader) -> None:
     """Explain cards whose ``data["card"]`` is ``kind``. ``loader(conversation, entries)`` returns
     ``{entry.pk: card}`` in a number of queries that doesn't grow with the number of entries."""
     card_loaders[kind] = loader
+
+
+def add_in_use_check(check: InUseCheck) -> None:
+    """``check(pks)`` returns the chats among ``pks`` an app holds something live for, in
+    a number of queries that doesn't grow with ``pks``."""
+    if check not in in_use_checks:
+        in_use_checks.append(check)
 
 
 def register_sweep(name: str, every: float, run: Callable[[], object]) -> None:

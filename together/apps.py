@@ -34,4 +34,5 @@ class TogetherConfig(AppConfig):
         hooks.add_before_delete_hook(messages.on_delete)
         hooks.subscribe(waits.on_event)
         hooks.register_sweep("waits", waits.LOOK_EVERY, waits.sweep)
+        hooks.add_in_use_check(waits.chats_waiting)
         post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="together.fulltext")

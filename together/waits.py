@@ -508,5 +508,15 @@ def on_event(event: events.Event) -> None:
         waits_check(chat_pk=chat)
 
 
+def chats_waiting(pks: list[int]) -> set[int]:
+    """Of these chats, those with a live wait: each carries on by itself when woken, so it
+    is never idle (maintenance's in-use check)."""
+    return set(
+        Wait.objects.filter(waiter_id__in=pks, state=WaitState.WAITING).values_list(
+            "waiter_id", flat=True
+        )
+    )
+
+
 def sweep() -> None:
     waits_check()

@@ -27,6 +27,7 @@ from chats.models import (
     Entry,
     EntryKind,
     EntryRole,
+    QueuedInput,
     Status,
     Task,
     Turn,
@@ -109,14 +110,22 @@ def maintenance_run(
 
 
 def _busy(ids: list[int]) -> set[int]:
-    """Of these chats, the ones mid-reply or with a task still going."""
+    """Of these chats, the ones in use: mid-reply, with a task still going, with the
+    person's message queued for the next reply, or holding something live of an app's
+    (a wait: ``hooks.add_in_use_check``). None of them is idle, however old."""
+    queued = QueuedInput.objects.filter(conversation_id__in=ids).values_list(
+        "conversation_id", flat=True
+    )
+    in_use: set[int] = set(queued)
+    for check in list(hooks.in_use_checks):
+        in_use |= check(ids)
     open_turns = Turn.objects.filter(conversation_id__in=ids, ended_at__isnull=True).values_list(
         "conversation_id", flat=True
     )
     going = Task.objects.filter(parent_id__in=ids, state__in=TASK_GOING_STATES).values_list(
         "parent_id", flat=True
     )
-    return set(open_turns) | set(going)
+    return set(open_turns) | set(going) | in_use
 
 
 def sessions_prune(
@@ -260,9 +269,12 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
         if Turn.objects.filter(conversation_id=conversation_id, ended_at__isnull=True).exists():
             report.compaction_deferred += 1
             return False
+        # Re-read under the lock: another run (every runner starts one) may have compacted
+        # this chat since ``count`` was taken. A stale count would fold the other run's
+        # recap and entries the cap keeps, and summarise a recap again.
         kept = entries.filter(seq__gt=cut).count()
         folded = entries.filter(seq__lte=cut).count()
-        if kept > keep_recent or folded != remove:
+        if kept + folded != count or kept > keep_recent or folded != remove:
             report.compaction_deferred += 1  # it moved while we summarized: next time
             return False
         entries.filter(seq__lte=cut).delete()

@@ -56,11 +56,10 @@ from chats.runtime.chats import (
     ConchError,
     conversation_archive,
     conversation_create,
-    conversation_set_mode,
     entry_append,
+    someone_elses_words_came,
 )
 from chats.runtime.turns import message_send, queued_inputs_take
-from chats.taint import taint_raise
 
 log = logging.getLogger(__name__)
 
@@ -413,13 +412,9 @@ def _take_in(
         )
 
     if someone_elses and not chat.taint_at_least(Taint.PERSON):
-        raised = taint_raise(
-            conversation=chat, taint=Taint.PERSON, why=f"a message from {inbound.peer}"
-        )
-        if raised and chat.mode == Mode.AUTO:
-            # Someone else's words just joined a chat of yours (dmScope shared): from now
-            # on a write waits for your OK, as in any chat with someone else's words.
-            chat = conversation_set_mode(conversation=chat, mode=Mode.ASK)
+        # Someone else's words just joined a chat of yours (dmScope shared): from now
+        # on a write waits for your OK, as in any chat with someone else's words.
+        chat = someone_elses_words_came(conversation=chat, who=inbound.peer)
 
     text = command[1] if command is not None else inbound.text
     if not text:

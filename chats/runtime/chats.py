@@ -27,6 +27,7 @@ from chats.models import (
     Taint,
     Turn,
 )
+from chats.taint import taint_raise
 
 ERR_TITLE_TOO_LONG = "A chat's title is at most {chars} characters."
 ERR_TITLE_LENGTH = "A chat's title must be 1 to {chars} characters."
@@ -134,6 +135,16 @@ def conversation_set_mode(*, conversation: Conversation, mode: str) -> Conversat
         conversation.mode = mode
         conversation.save(update_fields=["mode", "updated_at"])
         events.publish_chat(conversation)
+    return conversation
+
+
+def someone_elses_words_came(*, conversation: Conversation, who: str) -> Conversation:
+    """Someone else's words came into this chat (a chat app's group, a shared DM): it is
+    no longer only the person's (taint ``person``), and from now on a write waits for the
+    person's OK, as in any chat with someone else's words: an Auto chat moves to Ask."""
+    raised = taint_raise(conversation=conversation, taint=Taint.PERSON, why=f"a message from {who}")
+    if raised and conversation.mode == Mode.AUTO:
+        conversation = conversation_set_mode(conversation=conversation, mode=Mode.ASK)
     return conversation
 
 

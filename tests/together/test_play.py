@@ -294,7 +294,7 @@ def test_every_problem_is_reported_at_once():
     problems = caught.value.problems
     assert (
         "chat \"a\": unknown field 'colour'; expected folder, inbound, messages, mode, "
-        "name, origin, origin_channel, presses, script, taint, title."
+        "name, origin, origin_channel, person, presses, script, session_key, taint, title."
     ) in problems
     assert "chats[1]: missing field 'name'." in problems
     assert "chats[1]: origin chat_app needs origin_channel (e.g. telegram)." in problems
@@ -305,7 +305,8 @@ PROBLEM_LINES = {
     "not_an_object": ([_one_chat()], "The scenario must be a JSON object."),
     "unknown_top_field": (
         {**_one_chat(), "colour": "red"},
-        "unknown field 'colour' at the top; expected chats, description, files, max_ticks, pages.",
+        "unknown field 'colour' at the top; expected actions, chats, description, files, max_ticks, "
+        "pages.",
     ),
     "no_chats": ({"chats": []}, "chats must be a non-empty list of chats (got [])."),
     "max_ticks": (

@@ -32,15 +32,30 @@ from django.db.migrations.executor import MigrationExecutor
 
 from chats import events
 from chats.models import Conversation, counted_ids
-from chats.runtime.chats import conversation_create
+from chats.runtime.chats import conversation_create, default_agent
 from chats.runtime.runner import drive_one_action, runnable_by_chat
 from chats.runtime.turns import message_send, tasks_make_room
 from chats.signin import owner_ensure
 from conch.sqlite3.base import make_private_file
+from together.play.actions import (
+    PlayRunner,
+    action_do,
+    inputs_recorded,
+    kill_target,
+    second_person,
+)
 from together.play.pages import pages_served
 from together.play.presses import press_make
 from together.play.report import RunPaths, report_make
-from together.play.scenario import ChatSpec, Press, Scenario, ScenarioError, scenario_parse
+from together.play.scenario import (
+    ActionBase,
+    ChatSpec,
+    Kill,
+    Press,
+    Scenario,
+    ScenarioError,
+    scenario_parse,
+)
 
 TEMP_PREFIX = "conch-play-"
 WORKER = "conch-play"
@@ -65,6 +80,7 @@ ERR_TEMPLATE_HOLDS = (
     "--template {path} already holds {what}: give a database Conch has only migrated."
 )
 ERR_TEMPLATE_UNWRITABLE = "--template {path} can't be written: {why}"
+ERR_MESSAGE_TO_DELETED = "a message to {chat} at tick {tick}, but the chat was deleted."
 ERR_TOO_LONG = (
     "The scenario did not finish within {ticks} ticks; a reply or a chain of replies may be "
     "looping."
@@ -225,9 +241,10 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
     """Seed, create the chats and play them tick by tick; return the report.
 
     Precondition: a fresh database (ids and event numbers start from one).
-    Each tick: deliver the person's messages due at it, then the person's
-    presses on held cards, make room for tasks, then let every chat with a
-    runnable reply play exactly one action, the scenario's chats in file
+    Each tick: do the scenario's actions due at it (a kill is armed for step 5),
+    deliver the person's messages due at it, then the person's presses on held
+    cards, make room for tasks, then, while the runner is alive, let every chat
+    with a runnable reply play exactly one action, the scenario's chats in file
     order and then any made during the run.
     """
     root = Path(os.path.realpath(root))
@@ -235,20 +252,25 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
     unsubscribe = events.subscribe(clock.watch)
     presses: dict[str, list[dict]] = {spec.public_id: [] for spec in scenario.chats}
     error = ""
+    runner: PlayRunner | None = None
     try:
-        with counted_ids():
+        with counted_ids(), inputs_recorded(default_agent()) as inputs:
+            runner = PlayRunner(inputs)
             for path, content in scenario.files.items():
                 target = root / path
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(content, encoding="utf-8")
             owner = owner_ensure()
+            people = {"owner": owner}
+            if any(spec.person == "second" for spec in scenario.chats):
+                people["second"] = second_person()
             chats: list[Conversation] = []
             for spec in scenario.chats:
                 folder = root / spec.folder
                 folder.mkdir(parents=True, exist_ok=True)
                 chats.append(
                     conversation_create(
-                        owner=owner,
+                        owner=people[spec.person],
                         title=spec.title,
                         folder=str(folder),
                         origin=spec.origin,
@@ -260,6 +282,11 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                         public_id=spec.public_id,
                     )
                 )
+                if spec.session_key:
+                    Conversation.objects.filter(pk=chats[-1].pk).update(
+                        session_key=spec.session_key
+                    )
+            by_name = {spec.name: chat for spec, chat in zip(scenario.chats, chats, strict=True)}
             due: dict[int, list[tuple[Conversation, str]]] = {}
             pressing: dict[int, list[tuple[Conversation, ChatSpec, int, Press]]] = {}
             for chat, spec in zip(chats, scenario.chats, strict=True):
@@ -267,14 +294,32 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                     due.setdefault(message.at, []).append((chat, message.text))
                 for index, press in enumerate(spec.presses):
                     pressing.setdefault(press.at, []).append((chat, spec, index, press))
-            last_due = max([*due, *pressing], default=-1)
+            acting: dict[int, list[tuple[int, ActionBase]]] = {}
+            for index, action in enumerate(scenario.actions):
+                acting.setdefault(action.at, []).append((index, action))
+            last_due = max([*due, *pressing, *acting], default=-1)
             named = [chat.pk for chat in chats]
 
             tick = 0
             while True:
-                clock.tick = tick
+                clock.tick = inputs.tick = tick
+                kill: tuple[int, Kill] | None = None
+                for index, action in acting.get(tick, []):
+                    if isinstance(action, Kill):
+                        kill = (index, action)
+                        continue
+                    error = action_do(action, index=index, chats=by_name, runner=runner, tick=tick)
+                    if error:
+                        break
+                if error:
+                    break
                 for chat, text in due.get(tick, []):
+                    if not Conversation.objects.filter(pk=chat.pk).exists():
+                        error = ERR_MESSAGE_TO_DELETED.format(chat=chat.public_id, tick=tick)
+                        break
                     message_send(conversation=chat, text=text)
+                if error:
+                    break
                 for chat, spec, index, press in pressing.get(tick, []):
                     made = presses[spec.public_id]
                     error = press_make(chat=chat, spec=spec, index=index, press=press, made=made)
@@ -283,7 +328,11 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                 if error:
                     break
                 tasks_make_room()
-                runnable = runnable_by_chat()
+                runnable = runnable_by_chat() if runner.alive else {}
+                if kill is not None:
+                    _, error = kill_target(kill[1], index=kill[0], chats=by_name, runnable=runnable)
+                    if error:
+                        break
                 if not runnable and tick >= last_due:
                     break
                 if tick >= scenario.max_ticks:
@@ -291,11 +340,28 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                     break
                 order = named + sorted(pk for pk in runnable if pk not in named)
                 for chat_pk in order:
-                    if chat_pk in runnable:
-                        drive_one_action(turn_id=runnable[chat_pk], worker=WORKER)
+                    if chat_pk not in runnable:
+                        continue
+                    if kill is not None and by_name[kill[1].chat].pk == chat_pk:
+                        runner.kill_during(
+                            turn_id=runnable[chat_pk], cut=kill[1].cut, worker=WORKER
+                        )
+                        runner.killed.append(
+                            {"tick": tick, "chat": kill[1].chat, "cut": kill[1].cut}
+                        )
+                        break  # the runner is dead: no other chat plays this tick
+                    drive_one_action(turn_id=runnable[chat_pk], worker=WORKER)
                 tick += 1
     finally:
         unsubscribe()
+        if runner is not None:
+            runner.stop()
     return report_make(
-        scenario, root=root, ticks=tick, seen=clock.seen, error=error, presses=presses
+        scenario,
+        root=root,
+        ticks=tick,
+        seen=clock.seen,
+        error=error,
+        presses=presses,
+        runner=runner,
     )

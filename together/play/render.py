@@ -37,6 +37,7 @@ def report_text(report: dict) -> str:
         out.append(
             f"folder {chat['folder']} · origin {origin} · mode {chat['mode']} · inbound "
             f"{chat['inbound']} · taint {chat['taint']} · status {chat['status']}"
+            + (f" · person {chat['person']}" if chat.get("person", "owner") != "owner" else "")
         )
         out.append("Transcript")
         for entry in chat["transcript"] or []:
@@ -100,6 +101,7 @@ def report_text(report: dict) -> str:
                 f"{chain['id']} · messages {chain['messages']} · replies started "
                 f"{chain['replies_started']} · pairs: {pairs or '(none)'}"
             )
+    out.extend(_runner_text(report))
     if report.get("other_events"):
         out.append("")
         out.append("=== Other events")
@@ -150,6 +152,30 @@ def _waits_text(waits: list[dict]) -> list[str]:
         out.append(f"  {w['kind']} {w['target']} “{w['title']}” · {w['state']}{ended}{bare}")
     if not waits:
         out.append("  (none)")
+    return out
+
+
+def _runner_text(report: dict) -> list[str]:
+    """The runner's kills and restarts, the clock's moves and the sweeps, and deleted chats."""
+    runner = report.get("runner") or {}
+    out: list[str] = []
+    if runner.get("kills") or runner.get("restarts") or runner.get("clock_moved_seconds"):
+        out += ["", "=== Runner"]
+        for kill in runner.get("kills", []):
+            out.append(
+                f"tick {kill['tick']} · killed during {kill['chat']}'s action ({kill['cut']})"
+            )
+        for restart in runner.get("restarts", []):
+            picked = ", ".join(
+                f"{r['chat']} reply {r['reply']} {r['state']}" for r in restart["recovered"]
+            )
+            out.append(f"tick {restart['tick']} · restarted · recovered: {picked or '(none)'}")
+        if runner.get("clock_moved_seconds"):
+            out.append(f"clock moved {runner['clock_moved_seconds']} s in all")
+        for sweep in runner.get("sweeps", []):
+            out.append(f"tick {sweep['tick']} · sweep {sweep['sweep']}")
+    if report.get("deleted"):
+        out += ["", "=== Deleted chats", ", ".join(report["deleted"])]
     return out
 
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chats import events
 from chats.models import Conversation, EntryKind, Turn, TurnState
 from together.messages import CHAT_MESSAGE
 from together.models import Chain, ChainPair, ChatMessage, Wait
 from together.play.presses import arrived
+
+if TYPE_CHECKING:
+    from together.play.actions import PlayRunner
 from together.play.scenario import Scenario
 
 SHOWN_FILE_LIMIT = 4_000
@@ -106,10 +109,13 @@ def report_make(
     seen: list[tuple[int | None, events.Event]],
     error: str,
     presses: dict[str, list[dict]],
+    runner: PlayRunner | None = None,
 ) -> dict:
-    """The report of a play that ended after ``ticks``, from the records and the events ``seen``."""
+    """The report of a play that ended after ``ticks``, from the records and the events ``seen``,
+    with what each reply's engine was given (``runner.inputs``) and what the runner did."""
     paths = RunPaths(root)
     names = {spec.public_id: spec.name for spec in scenario.chats}
+    persons = {spec.public_id: spec.person for spec in scenario.chats}
     timeline = _Timeline.of(seen)
     by_chat: dict[str | None, list[dict]] = {}
     for _, event in sorted(seen, key=lambda pair: pair[1].seq):
@@ -127,6 +133,10 @@ def report_make(
         shown = _chat_report(
             chat, names.get(chat.public_id, chat.public_id), paths, by_chat, timeline
         )
+        for reply in shown["replies"]:
+            seen = runner.inputs.for_report(chat.public_id, reply["number"]) if runner else []
+            reply["inputs"] = paths.value(seen)
+        shown["person"] = persons.get(chat.public_id, "owner")
         shown["presses"] = presses.get(chat.public_id, [])
         shown["messages"] = [
             {**paths.value(row), "history": timeline.message_history.get(row["id"], [])}
@@ -142,6 +152,14 @@ def report_make(
         "chats": reports,
         "chains": paths.value(chains()),
         "other_events": sorted(other, key=lambda e: e["seq"]),
+        "deleted": [spec.public_id for spec in scenario.chats if spec.public_id not in known],
+        "runner": {
+            "alive": runner.alive if runner else True,
+            "kills": runner.killed if runner else [],
+            "restarts": runner.restarts if runner else [],
+            "sweeps": runner.sweeps_run if runner else [],
+            "clock_moved_seconds": int(runner.moved.total_seconds()) if runner else 0,
+        },
         "files_after": _files_after(Path(paths.root), paths),
     }
     if error:
@@ -203,6 +221,7 @@ def _chat_report(
         "name": name,
         "id": chat.public_id,
         "title": chat.title,
+        "session_key": chat.session_key,
         "folder": paths.path(chat.folder),
         "origin": chat.origin,
         "origin_channel": chat.origin_channel,

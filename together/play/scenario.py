@@ -8,6 +8,7 @@ when it has no name of its own) and the field's path inside it
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import posixpath
 import typing
@@ -17,7 +18,9 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     StrictInt,
     StrictStr,
@@ -59,6 +62,15 @@ ERR_NEVER_COMES = (
     "(message_chat with chat {public_id})."
 )
 ERR_NAME_TWICE = 'the name "{name}" is already used by chats[{first}].'
+ERR_NO_SUCH_CHAT = 'there is no chat named "{name}" (the chats are {names}).'
+ERR_ACTION_SHAPE = 'must be an object {{"at": tick, "do": ...}}, "do" one of {dos}'
+ERR_KILL_DEAD = (
+    "the runner is already dead at tick {at} (killed by actions[{killed}] at tick {when}); "
+    "restart it first (do: restart, at a later tick)."
+)
+ERR_KILL_TWICE = "the runner is killed once a tick; actions[{first}] already kills it at tick {at}."
+ERR_CLOCK = "must move the clock forward by more than 0 and at most {most} days (got {got})."
+CLOCK_MOST = dt.timedelta(days=400)
 ERR_FOLDER_IN_THE_WAY = "its folder {folder!r} is in the way of the seeded file {path!r}."
 
 # How a problem's line is put together (see _line):
@@ -221,6 +233,113 @@ class Press(BaseModel):
         return number
 
 
+class ActionBase(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at: Tick
+
+
+class OnAChat(ActionBase):
+    chat: Annotated[StrictStr, Field(description="the name of one of the scenario's chats")]
+
+
+class Kill(OnAChat):
+    """The runner dies during ``chat``'s action at this tick, as a crash would leave it.
+
+    ``cut``: ``after`` (the default) the action's tool ran and its result was never
+    written; ``before`` its step was written and the tool never ran. Nothing plays
+    until a ``restart``.
+    """
+
+    do: Literal["kill"]
+    cut: Literal["before", "after"] = "after"
+
+
+class Restart(ActionBase):
+    """A fresh runner starts, as ``conch serve`` starts one: recovery, room for tasks,
+    then every sweep once."""
+
+    do: Literal["restart"]
+
+
+class Clock(ActionBase):
+    """The play's clock moves forward ``by`` (ISO 8601 ``PT10M``, ``P3D``, or seconds);
+    every sweep whose period passed on the play's clock runs."""
+
+    do: Literal["clock"]
+    by: Annotated[
+        dt.timedelta,
+        Field(description="a duration: ISO 8601 (PT30S, PT10M, P3D) or a number of seconds"),
+    ]
+
+    @field_validator("by")
+    @classmethod
+    def _forward(cls, by: dt.timedelta) -> dt.timedelta:
+        if not dt.timedelta(0) < by <= CLOCK_MOST:
+            raise _problem(CONTINUES, ERR_CLOCK.format(most=CLOCK_MOST.days, got=by))
+        return by
+
+
+class Delete(OnAChat):
+    """The person deletes the chat (``conversation_delete``)."""
+
+    do: Literal["delete"]
+
+
+class Approve(OnAChat):
+    """The person presses Approve on the step the chat waits for their OK on."""
+
+    do: Literal["approve"]
+
+
+class Deny(OnAChat):
+    """The person presses Deny on the step the chat waits for their OK on."""
+
+    do: Literal["deny"]
+
+
+class SetMode(OnAChat):
+    """The person moves the chat to another mode (``conversation_set_mode``)."""
+
+    do: Literal["mode"]
+    mode: Mode
+
+
+class SetInbound(OnAChat):
+    """The person changes what the chat does with messages from other chats (``inbound_set``)."""
+
+    do: Literal["inbound"]
+    inbound: Inbound
+
+
+class SomeoneElse(OnAChat):
+    """Someone else's words come into the chat, as from a chat app's group: the chat is no
+    longer only yours (taint ``person``, Ask mode), and their words are a message to it."""
+
+    do: Literal["someone_else"]
+    text: Words
+    who: Annotated[StrictStr, Field(min_length=1, max_length=64)] = "someone else"
+
+
+Action = Annotated[
+    Kill | Restart | Clock | Delete | Approve | Deny | SetMode | SetInbound | SomeoneElse,
+    Discriminator("do"),
+]
+ACTIONS: dict[str, type[ActionBase]] = {
+    model.model_fields["do"].annotation.__args__[0]: model  # type: ignore[union-attr]
+    for model in typing.get_args(typing.get_args(Action)[0])
+}
+ON_A_CHAT = tuple(name for name, model in ACTIONS.items() if issubclass(model, OnAChat))
+
+
+def _an_action(data: Any) -> Any:
+    if not isinstance(data, dict) or data.get("do") not in ACTIONS:
+        dos = ", ".join(ACTIONS)
+        shown = f" (got do {data.get('do')!r})" if isinstance(data, dict) else ""
+        raise _problem(CONTINUES, ERR_ACTION_SHAPE.format(dos=dos) + shown + ".")
+    return data
+
+
 class ChatSpec(BaseModel):
     """One of the scenario's chats. Its id is ``c_<name>``."""
 
@@ -242,6 +361,20 @@ class ChatSpec(BaseModel):
     ]
     # Normalised, relative to the run's root; "." is the root itself.
     folder: RootPath
+    # Whose chat it is: the person's (the owner), or a second person's, whose chats are
+    # never the person's ("yours") whatever else they are.
+    person: Annotated[
+        Literal["owner", "second"],
+        Field(description="owner (the person's own chat) or second (a second person's)"),
+    ] = "owner"
+    # A gateway session's key (agent:main:dm:telegram:alice): the gateway's maintenance
+    # prunes and compacts only sessions.
+    session_key: Annotated[
+        StrictStr | None,
+        Field(
+            description="a gateway session's key, 1 to 512 characters", min_length=1, max_length=512
+        ),
+    ] = None
     origin: Origin = Origin.OWN
     origin_channel: StrictStr = Field(default="", validate_default=True)  # chat_app needs one
     inbound: Inbound | None = None  # unset, which means accept
@@ -335,6 +468,11 @@ class Scenario(BaseModel):
         description='an object mapping paths to their text: {"/a.html": "..."}',
     )
     chats: list[ChatSpec] = Field(min_length=1, description="a non-empty list of chats")
+    # What else happens, tick by tick: the runner killed and restarted, the clock moved,
+    # the person's presses and changes to a chat, someone else's words (below).
+    actions: list[Annotated[Action, BeforeValidator(_an_action)]] = Field(
+        default_factory=list, description='a list of {"at": tick, "do": ...}'
+    )
 
     @field_validator("files")
     @classmethod
@@ -379,8 +517,34 @@ class Scenario(BaseModel):
                         public_id=spec.public_id,
                     )
                     found.append((("chats", i, "presses", p, press.action), SAYS, text, press))
+        found.extend(self._actions_problems())
         _problems(found)
         return self
+
+    def _actions_problems(self) -> list[tuple[tuple[str | int, ...], str, str, Any]]:
+        """Each action names a chat of the scenario; the runner is killed only while alive."""
+        found: list[tuple[tuple[str | int, ...], str, str, Any]] = []
+        names = [spec.name for spec in self.chats]
+        for a, action in enumerate(self.actions):
+            if isinstance(action, OnAChat) and action.chat not in names:
+                text = ERR_NO_SUCH_CHAT.format(name=action.chat, names=", ".join(names))
+                found.append((("actions", a, action.do, "chat"), SAYS, text, action.chat))
+        killed: tuple[int, int] | None = None  # (which action, its tick) while dead
+        kills_at: dict[int, int] = {}
+        for a, action in sorted(enumerate(self.actions), key=lambda pair: pair[1].at):
+            if isinstance(action, Restart) and killed is not None and action.at > killed[1]:
+                killed = None
+            if not isinstance(action, Kill):
+                continue
+            if action.at in kills_at:
+                text = ERR_KILL_TWICE.format(first=kills_at[action.at], at=action.at)
+                found.append((("actions", a, "kill"), SAYS, text, action.at))
+            elif killed is not None:
+                text = ERR_KILL_DEAD.format(at=action.at, killed=killed[0], when=killed[1])
+                found.append((("actions", a, "kill"), SAYS, text, action.at))
+            kills_at.setdefault(action.at, a)
+            killed = killed or (a, action.at)
+        return found
 
     def messages_scripted_to(self) -> dict[str, int]:
         """How many message_chat calls in the scripts name each chat: the most that can come to it."""
@@ -502,7 +666,10 @@ def _unwrap(shape: Any) -> tuple[Any, FieldInfo | None]:
             shape, *extras = typing.get_args(shape)
             info = next((e for e in extras if isinstance(e, FieldInfo)), info)
         elif typing.get_origin(shape) in (typing.Union, type(int | None)):
-            shape = next(arg for arg in typing.get_args(shape) if arg is not type(None))
+            members = [arg for arg in typing.get_args(shape) if arg is not type(None)]
+            if len(members) > 1:
+                return shape, info  # a tagged union: the tag in the path picks the member
+            shape = members[0]
         else:
             return shape, info
 
@@ -516,6 +683,10 @@ def _walk(loc: tuple, skip: int) -> tuple[str, Any, FieldInfo | None]:
     for n, part in enumerate(loc):
         if part == "[key]":  # a problem with a key, not its value
             break
+        if typing.get_origin(shape) in (typing.Union, type(int | None)):
+            if part in ACTIONS:  # an action's "do": not part of the path as written
+                shape = ACTIONS[part]
+            continue
         if isinstance(shape, type) and issubclass(shape, BaseModel):
             by_alias = {info.alias or name: info for name, info in shape.model_fields.items()}
             info = by_alias.get(part)
