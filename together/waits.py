@@ -404,8 +404,19 @@ def waits_check(*, chat_pk: int | None = None, task_pk: int | None = None) -> li
 
 def _done(wait: Wait) -> bool:
     if wait.kind == WaitKind.CHAT:
-        return wait.target_chat is None or not chat_still_working(wait.target_chat)
+        return (
+            wait.target_chat is None
+            or not _still_yours(wait)
+            or not chat_still_working(wait.target_chat)
+        )
     return wait.target_task is None or not task_still_going(wait.target_task)
+
+
+def _still_yours(wait: Wait) -> bool:
+    """The chat waited for is still one the waiter may know about (``is_yours``), checked
+    again at each look and at wake, as messages are before they are read (issue 13 item 3)."""
+    target = wait.target_chat
+    return target is not None and is_yours(target, owner_id=wait.waiter.owner_id)
 
 
 def wake(*, wait: Wait) -> bool:
@@ -418,16 +429,31 @@ def wake(*, wait: Wait) -> bool:
     waiter = Conversation.objects.get(pk=wait.waiter_id)
     # Someone else's words came in since it began waiting: it hears how the other ended, never what it said.
     bare = waiter.taint == Taint.PERSON and wait.waiter_taint_at_start != Taint.PERSON
+    target = (
+        Conversation.objects.filter(pk=wait.target_chat_id).first()
+        if wait.kind == WaitKind.CHAT and wait.target_chat_id
+        else None
+    )
     if wait.kind == WaitKind.CHAT:
-        if wait.target_chat is None:
+        if target is None:
             text = conch_note(
                 "“{title}” ({chat}), which this chat was waiting for, was deleted.",
                 title=wait.target_title,
                 chat=plain_id(wait.target_public_id),
             )
             ended = "was deleted"
+        elif not is_yours(target, owner_id=waiter.owner_id):
+            # Someone else's words came into it: nothing about it reaches anyone, not its
+            # ending, not its last reply. The waiter hears only that, and the wait's end.
+            text = conch_note(
+                "“{title}” ({chat}), which this chat was waiting for, is no longer a chat it "
+                "may look at, so nothing about how it ended or what it said is passed on.",
+                title=wait.target_title,
+                chat=plain_id(wait.target_public_id),
+            )
+            ended = "can't be looked at any more"
+            bare = True
         else:
-            target = Conversation.objects.get(pk=wait.target_chat_id)
             text = _chat_outcome_text(waiter, target, bare=bare, taint_first=True)
             ended = how_it_ended(target)
     else:

@@ -435,3 +435,44 @@ def test_the_refused_wait_is_the_steps_error_and_the_reply_carries_on(live):
     assert not Wait.objects.filter(waiter=a).exists()
     live.step(a, 1)
     assert Entry.objects.filter(conversation=a, text="carrying on").exists()
+
+
+# -- issue 13 item 3: a wait wakes only with what the waiter may know now --------
+
+
+def test_a_chat_someone_elses_words_came_into_since_the_wait_began_reaches_the_waiter_bare(live):
+    target = ChatFactory(
+        title="Fix the login",
+        script=[[look(), {"say": "The group's private plans: launch Friday."}]],
+    )
+    live.start(target)
+    waiter = ChatFactory(title="Release notes", script=[[wait_chat(target)], [look()]])
+    live.start(waiter)
+    live.step(waiter, 2)
+    # Someone else's words come into the chat waited for (as through a chat app's group).
+    taint_raise(conversation=target, taint=Taint.PERSON, why="someone else's words")
+    drain()
+    words = first_words(woken_turn(waiter))
+    assert words == (
+        f"[Conch: “Fix the login” ({target.public_id}), which this chat was waiting for, is no "
+        "longer a chat it may look at, so nothing about how it ended or what it said is passed on.]"
+    )
+    assert "private plans" not in words and "finished its reply" not in words
+    wait = Wait.objects.get()
+    assert wait.outcome == {
+        "headline": "“Fix the login” can't be looked at any more",
+        "bare": True,
+    }
+
+
+def test_the_wait_ends_as_soon_as_the_chat_is_no_longer_yours(live):
+    target = ChatFactory(title="Deploy", script=[[look(), look(), look()]])
+    live.start(target)
+    waiter = ChatFactory(title="Waiter", script=[[wait_chat(target)], [look()]])
+    live.start(waiter)
+    live.step(waiter, 2)
+    taint_raise(conversation=target, taint=Taint.PERSON, why="someone else's words")
+    waits.sweep()  # the look every 30 seconds: the target still works, but isn't yours
+    assert Wait.objects.get().state == WaitState.WOKEN
+    assert Turn.objects.get(conversation=target).state == TurnState.RUNNING
+    assert "is no longer a chat it may look at" in first_words(woken_turn(waiter))
