@@ -244,3 +244,52 @@ def test_two_chats_closing_a_wait_cycle_at_the_same_moment_one_is_refused(scaleo
             " JOIN chats_conversation t ON t.id = x.target_chat_id WHERE x.state = 'waiting'"
         ).fetchall()
     assert len(rows) == 2  # A → B and exactly one of the two: no cycle was stored
+
+
+# Issue 13 item 10: background tasks on PostgreSQL. The parent starts a task with a
+# script of its own and waits for it; the runner's loop (drain) plays everything.
+TASK_AND_WAIT = """
+import json
+from django.contrib.auth import get_user_model
+from chats.models import Agent, StartedBy, Task, Turn, counted_ids
+from chats.runtime.chats import conversation_create
+from chats.runtime.runner import drain
+from chats.runtime.turns import message_send, task_start, tasks_make_room
+
+owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
+agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
+with counted_ids():
+    parent = conversation_create(owner=owner, agent=agent, title="Parent", folder="/tmp",
+        script=[[
+            {"tool": "start_background_task", "args": {"title": "Count files",
+                "script": [[{"tool": "list_files", "args": {}}, {"say": "There are 3 files."}]]}},
+            {"tool": "wait_for", "args": {"kind": "task", "id": "t_1"}},
+        ], [{"say": "The task says 3."}]])
+    message_send(conversation=parent, text="count them in the background")
+    drain()
+    # A second parent's task, started directly, with the lane full of none: room is made.
+    other = conversation_create(owner=owner, agent=agent, title="Other", folder="/tmp")
+    queued = task_start(parent=other, title="Queued", script=[[{"say": "done"}]])
+    made = tasks_make_room()
+    drain()
+task = Task.objects.get(public_id="t_1")
+woken = Turn.objects.filter(conversation=parent, started_by=StartedBy.WAIT).first()
+print(json.dumps({
+    "task": [task.state, task.result],
+    "queued": [queued.state, Task.objects.get(pk=queued.pk).state, len(made)],
+    "woken": woken and [woken.state, [e.text for e in woken.entries.order_by("seq")]],
+}))
+"""
+
+
+def test_a_background_task_starts_and_a_wait_for_it_wakes_on_postgresql(scaleout):
+    env = scaleout.env
+    manage_ok("migrate", "--noinput", "-v0", env=env)
+    out = manage_ok("shell", "-c", TASK_AND_WAIT, env=env, timeout=120).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["task"] == ["done", "There are 3 files."]
+    assert report["queued"] == ["running", "done", 0]  # started at once by task_start's own room
+    state, words = report["woken"]
+    assert state == "completed"
+    assert words[0].startswith("[Conch: the task “Count files” (t_1) is done.]")
+    assert "There are 3 files." in words[0] and words[-1] == "The task says 3."
