@@ -175,7 +175,10 @@ class ConversationQuerySet(models.QuerySet):
         """
         # of=("self",): locking the joined agent row too would serialise every chat of a
         # persona across runners, and deadlock on PostgreSQL with a commit's deferred FK check.
-        return self.select_for_update(of=("self",))
+        # no_key (FOR NO KEY UPDATE): lockers still go one at a time, but a row another
+        # transaction merely points at (a wait for this chat, a message to it: FOR KEY SHARE)
+        # isn't blocked, so two chats waiting for each other at once can't deadlock.
+        return self.select_for_update(of=("self",), no_key=True)
 
     def lock(self, pk: int) -> Conversation:
         """Lock one chat's row and read it afresh, with its agent: call inside ``atomic()``."""

@@ -92,15 +92,22 @@ LIST_CHATS = Tool(
 
 
 def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    try:
-        answer = wait_for(
-            waiter=ctx.conversation, turn=ctx.turn, kind=args["kind"], target_id=args["id"]
-        )
-    except ConchError as exc:
-        raise ToolError(str(exc)) from None
-    if answer.let_go:
-        ctx.let_go = answer.text
-    return ToolResult(answer.text)
+    """The wait is made in the step's last transaction, with the reply letting go (ADR 0134,
+    issue 13 item 8): a crash can't leave a stored wait whose reply is played again."""
+
+    def begin() -> ToolResult:
+        try:
+            answer = wait_for(
+                waiter=ctx.conversation, turn=ctx.turn, kind=args["kind"], target_id=args["id"]
+            )
+        except ConchError as exc:
+            raise ToolError(str(exc)) from None
+        if answer.let_go:
+            ctx.let_go = answer.text
+        return ToolResult(answer.text)
+
+    ctx.at_step_end = begin
+    return ToolResult("")
 
 
 def _message_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -49,6 +50,11 @@ LOOK_EVERY = 30.0
 ERR_NO_SUCH_TASK = "There is no task {id} among this chat's tasks."
 ERR_WAIT_BACK = (
     "“{title}” (chat {id}) is waiting for this chat. Waiting back would only wake each in turn; "
+    "finish your part instead."
+)
+ERR_WAIT_CYCLE = (
+    "“{title}” (chat {id}) already waits, through {through}, for this chat. Waiting "
+    "for it would close a circle of {n} chats, each waiting for the next, none ever done; "
     "finish your part instead."
 )
 ERR_SELF = "A chat can't wait for itself."
@@ -119,15 +125,42 @@ class WaitAnswer:
 
 
 def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
-    """Wait for a chat of yours or a task of this chat's. Two waits for the same id are one."""
+    """Wait for a chat of yours or a task of this chat's. Two waits for the same id are one.
+
+    One transaction, holding the waiter's lock and then its owner's: the waits one
+    person's chats begin are begun one at a time, so two chats can't close a cycle at
+    the same moment (:func:`cycle_through`). The runtime calls this in the step's last
+    transaction, so the wait commits with the reply letting go (``ToolContext.at_step_end``).
+    """
+    with transaction.atomic():
+        waiter = Conversation.objects.lock(waiter.pk)
+        get_user_model().objects.select_for_update().filter(pk=waiter.owner_id).exists()
+        answer = _wait_begin(waiter=waiter, turn=turn, kind=kind, target_id=target_id)
+        if answer.wait is not None:
+            # The target may have finished between the look and this commit: look again after it.
+            wait_pk = answer.wait.pk
+            transaction.on_commit(lambda: _look_again(wait_pk))
+    return answer
+
+
+def _look_again(wait_pk: int) -> None:
+    wait = (
+        Wait.objects.filter(pk=wait_pk, state=WaitState.WAITING)
+        .select_related("waiter", "target_chat", "target_task")
+        .first()
+    )
+    if wait is not None and _done(wait):
+        wake(wait=wait)
+
+
+def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
+    """Precondition: inside ``wait_for``'s transaction, holding its locks."""
     if kind == WaitKind.CHAT:
         target = _find_chat(waiter, target_id)
         title, public_id = target.title, target.public_id
-        back = Wait.objects.filter(
-            waiter=target, target_chat=waiter, state=WaitState.WAITING
-        ).exists()
-        if back:
-            raise ConchError(ERR_WAIT_BACK.format(title=plain(target.title), id=target.public_id))
+        cycle = cycle_through(waiter=waiter, target_pk=target.pk)
+        if cycle is not None:
+            raise ConchError(_cycle_refusal(target, cycle))
         if not chat_still_working(target):
             return WaitAnswer(
                 _chat_outcome_text(waiter, target, bare=False, taint_first=True), let_go=False
@@ -202,6 +235,49 @@ def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> 
         "a new one starts when it's done, with how it ended.",
         let_go=True,
         wait=wait,
+    )
+
+
+def cycle_through(*, waiter: Conversation, target_pk: int) -> list[int] | None:
+    """The chats (pks, from the target on) through which ``target`` already waits for
+    ``waiter``, or None: a wait for it would close that cycle, of any length (issue 13
+    item 2). A wait for a task counts as a wait for the task's chat.
+
+    One query: every wait still waiting among the owner's chats.
+    """
+    edges: dict[int, set[int]] = {}
+    rows = Wait.objects.filter(state=WaitState.WAITING, waiter__owner_id=waiter.owner_id)
+    for source, chat, task_chat in rows.values_list(
+        "waiter_id", "target_chat_id", "target_task__chat_id"
+    ):
+        for to in (chat, task_chat):
+            if to is not None:
+                edges.setdefault(source, set()).add(to)
+    came_from: dict[int, int | None] = {target_pk: None}
+    frontier = [target_pk]
+    while frontier:
+        following = []
+        for pk in frontier:
+            for to in sorted(edges.get(pk, ())):
+                if to == waiter.pk:
+                    path = [pk]
+                    while came_from[path[-1]] is not None:
+                        path.append(came_from[path[-1]])
+                    return list(reversed(path))
+                if to not in came_from:
+                    came_from[to] = pk
+                    following.append(to)
+        frontier = following
+    return None
+
+
+def _cycle_refusal(target: Conversation, cycle: list[int]) -> str:
+    if len(cycle) == 1:
+        return ERR_WAIT_BACK.format(title=plain(target.title), id=target.public_id)
+    ids = dict(Conversation.objects.filter(pk__in=cycle).values_list("pk", "public_id"))
+    through = " and ".join(f"chat {ids.get(pk, '?')}" for pk in cycle[1:])
+    return ERR_WAIT_CYCLE.format(
+        title=plain(target.title), id=target.public_id, through=through, n=len(cycle) + 1
     )
 
 
@@ -328,8 +404,19 @@ def waits_check(*, chat_pk: int | None = None, task_pk: int | None = None) -> li
 
 def _done(wait: Wait) -> bool:
     if wait.kind == WaitKind.CHAT:
-        return wait.target_chat is None or not chat_still_working(wait.target_chat)
+        return (
+            wait.target_chat is None
+            or not _still_yours(wait)
+            or not chat_still_working(wait.target_chat)
+        )
     return wait.target_task is None or not task_still_going(wait.target_task)
+
+
+def _still_yours(wait: Wait) -> bool:
+    """The chat waited for is still one the waiter may know about (``is_yours``), checked
+    again at each look and at wake, as messages are before they are read (issue 13 item 3)."""
+    target = wait.target_chat
+    return target is not None and is_yours(target, owner_id=wait.waiter.owner_id)
 
 
 def wake(*, wait: Wait) -> bool:
@@ -342,16 +429,31 @@ def wake(*, wait: Wait) -> bool:
     waiter = Conversation.objects.get(pk=wait.waiter_id)
     # Someone else's words came in since it began waiting: it hears how the other ended, never what it said.
     bare = waiter.taint == Taint.PERSON and wait.waiter_taint_at_start != Taint.PERSON
+    target = (
+        Conversation.objects.filter(pk=wait.target_chat_id).first()
+        if wait.kind == WaitKind.CHAT and wait.target_chat_id
+        else None
+    )
     if wait.kind == WaitKind.CHAT:
-        if wait.target_chat is None:
+        if target is None:
             text = conch_note(
                 "“{title}” ({chat}), which this chat was waiting for, was deleted.",
                 title=wait.target_title,
                 chat=plain_id(wait.target_public_id),
             )
             ended = "was deleted"
+        elif not is_yours(target, owner_id=waiter.owner_id):
+            # Someone else's words came into it: nothing about it reaches anyone, not its
+            # ending, not its last reply. The waiter hears only that, and the wait's end.
+            text = conch_note(
+                "“{title}” ({chat}), which this chat was waiting for, is no longer a chat it "
+                "may look at, so nothing about how it ended or what it said is passed on.",
+                title=wait.target_title,
+                chat=plain_id(wait.target_public_id),
+            )
+            ended = "can't be looked at any more"
+            bare = True
         else:
-            target = Conversation.objects.get(pk=wait.target_chat_id)
             text = _chat_outcome_text(waiter, target, bare=bare, taint_first=True)
             ended = how_it_ended(target)
     else:

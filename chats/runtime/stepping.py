@@ -55,6 +55,8 @@ from chats.toolsets import tool_set_for
 
 log = logging.getLogger(__name__)
 
+ERR_REPLY_ENDED_FIRST = "The reply had already ended, so this step did nothing."
+
 CONCH_SYSTEM = (
     "You are an assistant working in Conch, in the folder this chat works in. "
     "Use the tools you are offered; say plainly what you changed."
@@ -144,6 +146,28 @@ def _gather_notes(turn: Turn, at_start: bool) -> list[str]:
     return notes
 
 
+def _take_in(turn: Turn, at_start: bool) -> list[str]:
+    """Every intake at this boundary (messages, the reader's lines) and the notes carrying
+    it, in one transaction under the chat's lock: a message is never marked read, nor its
+    sender's taint carried, without its words written into the chat (issue 13 item 8).
+    """
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(turn.conversation_id)
+        notes = _gather_notes(turn, at_start)
+        if notes:
+            step_number = turn.steps.count()
+            for text in notes:
+                entry_append(
+                    conversation=conversation,
+                    role=EntryRole.CONCH,
+                    kind=EntryKind.NOTE,
+                    turn=turn,
+                    text=text,
+                    data={"at": "start" if at_start else "step", "step": step_number},
+                )
+    return notes
+
+
 def _scrub_args(args: Any) -> Any:
     """A step's arguments as they are stored and shown: keys and passwords out, long text cut."""
     if isinstance(args, dict):
@@ -178,20 +202,11 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
         return _play_answered(turn, worker, pending)
 
     at_start = not turn.engine_state.get("started")
-    notes = _gather_notes(turn, at_start)
-    if notes:
-        with transaction.atomic():
-            Conversation.objects.lock(conversation.pk)
-            step_number = turn.steps.count()
-            for text in notes:
-                entry_append(
-                    conversation=conversation,
-                    role=EntryRole.CONCH,
-                    kind=EntryKind.NOTE,
-                    turn=turn,
-                    text=text,
-                    data={"at": "start" if at_start else "step", "step": step_number},
-                )
+    notes = _take_in(turn, at_start)
+    # Taint comes before the first action: the engine, the tools offered and each tool's
+    # must_ask see the chat as its intake left it, never as this step found it.
+    conversation = Conversation.objects.select_related("agent").get(pk=conversation.pk)
+    turn.conversation = conversation
     engine_state = {**turn.engine_state, "started": True}
     try:
         engine = engine_for(conversation.agent)
@@ -292,9 +307,11 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
         _record_refused_step(turn, worker, call, str(exc), new_state)
         return Advance(True, "tool")
 
-    if tool.must_ask(conversation):
-        with transaction.atomic():
-            conversation = Conversation.objects.lock(conversation.pk)
+    with transaction.atomic():
+        # must_ask reads the chat as it is now: a wait's wake or a message may have tainted
+        # it in another process since this step began (issue 13 item 1).
+        conversation = Conversation.objects.lock(conversation.pk)
+        if tool.must_ask(conversation):
             if not _still_mine(turn.pk, worker):
                 return Advance(False)
             pending = {
@@ -314,7 +331,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
             conversation.status = Status.NEEDS_YOU
             conversation.save(update_fields=["status", "updated_at"])
             events.publish_chat(conversation, events.STATUS, turn=turn.number, asks=tool.name)
-        return Advance(False, "needs_you")
+            return Advance(False, "needs_you")
     _run_step(turn, worker, tool, args, new_state)
     return Advance(True, "tool")
 
@@ -439,13 +456,19 @@ def _run_step(
             conversation = Conversation.objects.lock(conversation.pk)
         except Conversation.DoesNotExist:
             return  # the chat was deleted while the tool ran (its command was ended)
+        current = Turn.objects.get(pk=turn.pk)
+        still_mine = current.state == TurnState.RUNNING and current.claimed_by == worker
+        if ctx.at_step_end is not None and not error:
+            if still_mine:
+                result_text, error = _step_end_writes(ctx, known)
+            else:
+                result_text, error = "", ERR_REPLY_ENDED_FIRST
         Step.objects.filter(pk=step.pk).update(
             result=result_text[: LIMITS.tool_result_chars],
             error=error[: LIMITS.tool_result_chars],
             files=changed,
             ended_at=timezone.now(),
         )
-        current = Turn.objects.get(pk=turn.pk)
         files = list(current.files_changed)
         files.extend(path for path in changed if path not in files)
         update: dict[str, Any] = {
@@ -453,12 +476,12 @@ def _run_step(
             "step_family": "",
             "step_started_at": None,
         }
-        if current.state == TurnState.RUNNING and current.claimed_by == worker:
+        if still_mine:
             update["engine_state"] = new_state
             if clear_pending:
                 update["pending_action"] = None
         Turn.objects.filter(pk=turn.pk).update(**update)
-        if ctx.let_go and current.state == TurnState.RUNNING and current.claimed_by == worker:
+        if ctx.let_go and still_mine:
             # The reply lets go of its turn (wait_for): it ends here and carries on when woken.
             current.files_changed = files
             turn_end_locked(
@@ -468,6 +491,21 @@ def _run_step(
                 reason=ctx.let_go,
             )
         events.publish_chat(conversation, turn=turn.number, step=step.number, files=changed)
+
+
+def _step_end_writes(ctx: ToolContext, known) -> tuple[str, str]:
+    """Run a tool's writes that commit with the step's end (``ToolContext.at_step_end``).
+
+    Precondition: inside the step's last transaction, holding the chat's lock. A
+    refusal rolls back only what the writes did (a savepoint) and lets nothing go.
+    """
+    try:
+        with transaction.atomic():
+            done = ctx.at_step_end()
+    except ToolError as exc:
+        ctx.let_go = ""
+        return "", scrub_secrets(str(exc), known=known)
+    return scrub_secrets(done.text, known=known), ""
 
 
 def _task_starter(parent: Conversation):

@@ -79,6 +79,12 @@ class ToolContext:
     # Set by the runtime from the chat's tool set: commands run in the sandbox or not
     # at all (a chat with someone else's words), whatever CONCH_SANDBOX says.
     sandbox_required: bool = False
+    # Set by a tool whose writes must commit with the step's end, never before it
+    # (``wait_for``: the wait and the reply letting go are one transaction, so a crash
+    # between them can't leave a wait whose reply is played again). The runtime calls it
+    # in the step's last transaction, holding the chat's lock, only while the reply is
+    # still this runner's; its ToolResult is the step's, a ToolError refuses the step.
+    at_step_end: Callable[[], ToolResult] | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from typing import Any
 from django.conf import settings
 
 from chats.limits import LIMITS
-from chats.models import Effect, Origin, Task, TaskState
+from chats.models import Effect, Origin, Taint, Task, TaskState
+from chats.taint import taint_raise
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, family_add, register
 
 STARTING_A_TASK = "starting a task"
@@ -59,8 +60,20 @@ def _task_row(task: Task) -> dict[str, Any]:
 
 
 def _task_status(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
-    tasks = Task.objects.filter(parent=ctx.conversation).order_by("created_at")
-    answer = {"capacity": capacity(), "tasks": [_task_row(t) for t in tasks]}
+    tasks = list(
+        Task.objects.filter(parent=ctx.conversation).select_related("chat").order_by("created_at")
+    )
+    rows = [_task_row(t) for t in tasks]
+    # A task's words are an intake: a task that read something from outside taints the
+    # chat that reads its result, before that chat chooses its next action (issue 13 item 1).
+    for task, row in zip(tasks, rows, strict=True):
+        if ("result" in row or "reason" in row) and task.chat and task.chat.taint != Taint.NONE:
+            taint_raise(
+                conversation=ctx.conversation,
+                taint=Taint.UNTRUSTED,
+                why=f"the result of task {task.public_id}",
+            )
+    answer = {"capacity": capacity(), "tasks": rows}
     return ToolResult(json.dumps(answer, ensure_ascii=False, indent=1))
 
 

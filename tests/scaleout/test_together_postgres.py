@@ -167,3 +167,129 @@ def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleo
     assert words == [("Woken.",)]
     (headline,) = query("SELECT outcome FROM together_wait")[0]
     assert headline["headline"].startswith("“Slow target” ")
+
+
+# Issue 13 item 2: A already waits for B. B (waiting for C) and C (waiting for A) close
+# the cycle A → B → C → A at the same moment, each in its own thread and connection.
+# Each thread, once it has looked for a cycle and found none, waits (up to 5 s) for the
+# other to have looked too: without the lock that orders one person's waits, both find
+# none and both wait; with it, the second looks only after the first committed.
+CONCURRENT_CYCLE = """
+import json, threading
+from django.contrib.auth import get_user_model
+from django.db import connection
+from chats.models import Agent, StartedBy, TurnState
+from chats.runtime.chats import ConchError, conversation_create
+from chats.runtime.turns import turn_end, turn_start
+from together import waits
+
+owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
+agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
+a, b, c = (conversation_create(owner=owner, agent=agent, title=t, folder="/tmp") for t in "ABC")
+turns = {chat.pk: turn_start(conversation=chat, started_by=StartedBy.PERSON, text="work")
+         for chat in (a, b, c)}
+waits.wait_for(waiter=a, turn=turns[a.pk], kind="chat", target_id=b.public_id)
+turn_end(turn=turns[a.pk], state=TurnState.COMPLETED)
+
+looked = threading.Barrier(2)
+original = waits.cycle_through
+
+def cycle_through(**kwargs):
+    found = original(**kwargs)
+    try:
+        looked.wait(timeout=5)
+    except threading.BrokenBarrierError:
+        pass
+    return found
+
+waits.cycle_through = cycle_through
+start = threading.Barrier(2)
+results = {}
+
+def wait(name, waiter, target):
+    try:
+        start.wait(timeout=30)
+        answer = waits.wait_for(waiter=waiter, turn=turns[waiter.pk], kind="chat",
+                                target_id=target.public_id)
+        results[name] = ["waiting", answer.let_go]
+    except ConchError as exc:
+        results[name] = ["refused", str(exc)]
+    except Exception as exc:
+        results[name] = ["error", repr(exc)]
+    finally:
+        connection.close()
+
+threads = [threading.Thread(target=wait, args=("b", b, c)),
+           threading.Thread(target=wait, args=("c", c, a))]
+for t in threads: t.start()
+for t in threads: t.join(timeout=60)
+print(json.dumps(results))
+"""
+
+
+def test_two_chats_closing_a_wait_cycle_at_the_same_moment_one_is_refused(scaleout):
+    env = scaleout.env
+    manage_ok("migrate", "--noinput", "-v0", env=env)
+    out = manage_ok("shell", "-c", CONCURRENT_CYCLE, env=env, timeout=120).stdout
+    results = json.loads(out.strip().splitlines()[-1])
+    assert sorted(results) == ["b", "c"], results
+    outcomes = sorted(state for state, _ in results.values())
+    assert outcomes == ["refused", "waiting"], results
+    (why,) = [text for state, text in results.values() if state == "refused"]
+    assert "would close a circle of 3 chats" in why
+    with scaleout.connect() as conn:
+        rows = conn.execute(
+            "SELECT w.public_id, t.public_id FROM together_wait x"
+            " JOIN chats_conversation w ON w.id = x.waiter_id"
+            " JOIN chats_conversation t ON t.id = x.target_chat_id WHERE x.state = 'waiting'"
+        ).fetchall()
+    assert len(rows) == 2  # A → B and exactly one of the two: no cycle was stored
+
+
+# Issue 13 item 10: background tasks on PostgreSQL. The parent starts a task with a
+# script of its own and waits for it; the runner's loop (drain) plays everything.
+TASK_AND_WAIT = """
+import json
+from django.contrib.auth import get_user_model
+from chats.models import Agent, StartedBy, Task, Turn, counted_ids
+from chats.runtime.chats import conversation_create
+from chats.runtime.runner import drain
+from chats.runtime.turns import message_send, task_start, tasks_make_room
+
+owner = get_user_model().objects.create(username="scaleout", is_superuser=True, is_staff=True)
+agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
+with counted_ids():
+    parent = conversation_create(owner=owner, agent=agent, title="Parent", folder="/tmp",
+        script=[[
+            {"tool": "start_background_task", "args": {"title": "Count files",
+                "script": [[{"tool": "list_files", "args": {}}, {"say": "There are 3 files."}]]}},
+            {"tool": "wait_for", "args": {"kind": "task", "id": "t_1"}},
+        ], [{"say": "The task says 3."}]])
+    message_send(conversation=parent, text="count them in the background")
+    drain()
+    # A second parent's task, started directly, with the lane full of none: room is made.
+    other = conversation_create(owner=owner, agent=agent, title="Other", folder="/tmp")
+    queued = task_start(parent=other, title="Queued", script=[[{"say": "done"}]])
+    made = tasks_make_room()
+    drain()
+task = Task.objects.get(public_id="t_1")
+woken = Turn.objects.filter(conversation=parent, started_by=StartedBy.WAIT).first()
+print(json.dumps({
+    "task": [task.state, task.result],
+    "queued": [queued.state, Task.objects.get(pk=queued.pk).state, len(made)],
+    "woken": woken and [woken.state, [e.text for e in woken.entries.order_by("seq")]],
+}))
+"""
+
+
+def test_a_background_task_starts_and_a_wait_for_it_wakes_on_postgresql(scaleout):
+    env = scaleout.env
+    manage_ok("migrate", "--noinput", "-v0", env=env)
+    out = manage_ok("shell", "-c", TASK_AND_WAIT, env=env, timeout=120).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["task"] == ["done", "There are 3 files."]
+    assert report["queued"] == ["running", "done", 0]  # started at once by task_start's own room
+    state, words = report["woken"]
+    assert state == "completed"
+    assert words[0].startswith("[Conch: the task “Count files” (t_1) is done.]")
+    assert "There are 3 files." in words[0] and words[-1] == "The task says 3."

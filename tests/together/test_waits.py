@@ -359,3 +359,121 @@ def test_at_most_five_waits_at_once(live):
         waits.wait_for(waiter=waiter, turn=turn, kind="chat", target_id=t.public_id)
     with pytest.raises(ConchError, match="MESSAGE_LIMITS.waiting_per_chat"):
         waits.wait_for(waiter=waiter, turn=turn, kind="chat", target_id=targets[5].public_id)
+
+
+# -- issue 13 item 2: no wait cycles of any length -------------------------------
+
+
+def _waiting_reply(chat):
+    return turn_start(conversation=chat, started_by=StartedBy.PERSON, text="work")
+
+
+def test_a_wait_that_would_close_a_cycle_of_three_is_refused(live):
+    a, b, c = (ChatFactory(title=t) for t in ("A", "B", "C"))
+    turns = {chat.pk: _waiting_reply(chat) for chat in (a, b, c)}
+    waits.wait_for(waiter=a, turn=turns[a.pk], kind="chat", target_id=b.public_id)
+    turn_end(turn=turns[a.pk], state=TurnState.COMPLETED)  # a let go: it works only by its wait
+    waits.wait_for(waiter=b, turn=turns[b.pk], kind="chat", target_id=c.public_id)
+    turn_end(turn=turns[b.pk], state=TurnState.COMPLETED)
+    assert waits.chat_still_working(a)
+    with pytest.raises(ConchError) as refused:
+        waits.wait_for(waiter=c, turn=turns[c.pk], kind="chat", target_id=a.public_id)
+    assert str(refused.value) == (
+        f"“A” (chat {a.public_id}) already waits, through chat {b.public_id}, for this chat. "
+        "Waiting for it would close a circle of 3 chats, each waiting for the next, none ever "
+        "done; finish your part instead."
+    )
+    assert Wait.objects.filter(waiter=c).count() == 0
+
+
+def test_a_cycle_of_five_is_refused_and_a_chain_that_is_no_cycle_is_not(live):
+    chats = [ChatFactory(title=f"C{n}") for n in range(6)]
+    turns = [_waiting_reply(chat) for chat in chats]
+    for n in range(4):  # C0 → C1 → C2 → C3 → C4
+        waits.wait_for(
+            waiter=chats[n], turn=turns[n], kind="chat", target_id=chats[n + 1].public_id
+        )
+        turn_end(turn=turns[n], state=TurnState.COMPLETED)
+    # C5 waiting for C0 closes nothing: nobody down the line waits for C5.
+    assert waits.wait_for(
+        waiter=chats[5], turn=turns[5], kind="chat", target_id=chats[0].public_id
+    ).let_go
+    with pytest.raises(ConchError, match="circle of 5 chats"):
+        waits.wait_for(waiter=chats[4], turn=turns[4], kind="chat", target_id=chats[0].public_id)
+
+
+def test_a_wait_for_a_task_counts_as_a_wait_for_its_chat_in_a_cycle(live):
+    parent = ChatFactory(title="Parent")
+    turn = _waiting_reply(parent)
+    task = task_start(parent=parent, title="Crawl", script=[[look(), look()]])
+    waits.wait_for(waiter=parent, turn=turn, kind="task", target_id=task.public_id)
+    turn_end(turn=turn, state=TurnState.COMPLETED)
+    other = ChatFactory(title="Other")
+    other_turn = _waiting_reply(other)
+    waits.wait_for(waiter=other, turn=other_turn, kind="chat", target_id=parent.public_id)
+    # The task's chat (any chat of the person's that could wait) waiting for Other closes it.
+    assert waits.cycle_through(waiter=task.chat, target_pk=other.pk) == [other.pk, parent.pk]
+
+
+def test_the_refused_wait_is_the_steps_error_and_the_reply_carries_on(live):
+    a, b, c = (ChatFactory(title=t) for t in ("A", "B", "C"))
+    for chat, script in (
+        (a, [[look(), wait_chat(c), {"say": "carrying on"}]]),
+        (b, [[wait_chat(a)], [look()]]),
+        (c, [[wait_chat(b)], [look()]]),
+    ):
+        chat.script = script
+        chat.save(update_fields=["script"])
+    live.start(a)
+    live.step(a, 1)
+    live.start(b)
+    live.step(b, 2)  # b waits for a
+    live.start(c)
+    live.step(c, 2)  # c waits for b
+    live.step(a, 1)  # a waiting for c would close a → c → b → a
+    assert "would close a circle of 3 chats" in result(a)[1]
+    assert Turn.objects.get(conversation=a).state == TurnState.RUNNING  # it did not let go
+    assert not Wait.objects.filter(waiter=a).exists()
+    live.step(a, 1)
+    assert Entry.objects.filter(conversation=a, text="carrying on").exists()
+
+
+# -- issue 13 item 3: a wait wakes only with what the waiter may know now --------
+
+
+def test_a_chat_someone_elses_words_came_into_since_the_wait_began_reaches_the_waiter_bare(live):
+    target = ChatFactory(
+        title="Fix the login",
+        script=[[look(), {"say": "The group's private plans: launch Friday."}]],
+    )
+    live.start(target)
+    waiter = ChatFactory(title="Release notes", script=[[wait_chat(target)], [look()]])
+    live.start(waiter)
+    live.step(waiter, 2)
+    # Someone else's words come into the chat waited for (as through a chat app's group).
+    taint_raise(conversation=target, taint=Taint.PERSON, why="someone else's words")
+    drain()
+    words = first_words(woken_turn(waiter))
+    assert words == (
+        f"[Conch: “Fix the login” ({target.public_id}), which this chat was waiting for, is no "
+        "longer a chat it may look at, so nothing about how it ended or what it said is passed on.]"
+    )
+    assert "private plans" not in words and "finished its reply" not in words
+    wait = Wait.objects.get()
+    assert wait.outcome == {
+        "headline": "“Fix the login” can't be looked at any more",
+        "bare": True,
+    }
+
+
+def test_the_wait_ends_as_soon_as_the_chat_is_no_longer_yours(live):
+    target = ChatFactory(title="Deploy", script=[[look(), look(), look()]])
+    live.start(target)
+    waiter = ChatFactory(title="Waiter", script=[[wait_chat(target)], [look()]])
+    live.start(waiter)
+    live.step(waiter, 2)
+    taint_raise(conversation=target, taint=Taint.PERSON, why="someone else's words")
+    waits.sweep()  # the look every 30 seconds: the target still works, but isn't yours
+    assert Wait.objects.get().state == WaitState.WOKEN
+    assert Turn.objects.get(conversation=target).state == TurnState.RUNNING
+    assert "is no longer a chat it may look at" in first_words(woken_turn(waiter))

@@ -1,0 +1,111 @@
+"""Issue 13 items 8, 1, 2 and 3 played: each scenario's report proves what each chat saw.
+
+- ``wait_killed_as_it_lets_go.json`` (item 8): the runner dies as a waiting reply lets go,
+  and the chat waited for finishes before the reply is played again: the waiter hears how
+  it ended once, and its model is given the other chat's last reply once;
+- ``taint_before_the_first_action.json`` (item 1): a page-reading chat's message starts a
+  reply that passes it on; both hops' stop_chat ask the person first, the deploy runs on;
+- ``wait_cycle_of_three.json`` (item 2): a → b → c, and c's wait for a is refused;
+- ``wait_target_taken_by_someone_else.json`` (item 3): the waiter never hears the last reply
+  of a chat someone else's words came into.
+
+Item 10 (tasks on PostgreSQL) can't be played: plays always run on a new SQLite database
+(docs/scenarios.md). Its scenario is ``wait_for_task.json`` (a task started and waited
+for), and its PostgreSQL test is in tests/scaleout/test_together_postgres.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = (
+    "wait_killed_as_it_lets_go",
+    "taint_before_the_first_action",
+    "wait_cycle_of_three",
+    "wait_target_taken_by_someone_else",
+)
+
+
+@pytest.fixture(scope="module")
+def reports(play_template) -> dict[str, dict]:
+    runs = {
+        name: subprocess.Popen(
+            [sys.executable, "manage.py", "conch_play", f"scenarios/{name}.json"]
+            + ["--template", str(play_template), "--json"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in SCENARIOS
+    }
+    printed = {}
+    for name, run in runs.items():
+        out, err = run.communicate(timeout=180)
+        assert run.returncode == 0, f"{name}: {err}"
+        printed[name] = json.loads(out)
+    return printed
+
+
+def chats_of(report: dict) -> dict[str, dict]:
+    return {chat["name"]: chat for chat in report["chats"]}
+
+
+def model_inputs(reply: dict) -> str:
+    return json.dumps([i["messages"] for i in reply["inputs"]], ensure_ascii=False)
+
+
+def test_item_8_a_wait_cut_off_as_it_lets_go_answers_once(reports):
+    report = reports["wait_killed_as_it_lets_go"]
+    assert [(k["chat"], k["tick"]) for k in report["runner"]["kills"]] == [("waiter", 1)]
+    waiter = chats_of(report)["waiter"]
+    told = json.dumps(
+        [waiter["transcript"], [r["steps"] for r in waiter["replies"]]], ensure_ascii=False
+    )
+    assert told.count("“Slow target” finished its reply") == 1
+    # The model's last input in the reply saw the other chat's last reply exactly once.
+    last_input = json.dumps(waiter["replies"][0]["inputs"][-1]["messages"], ensure_ascii=False)
+    assert last_input.count("Target finished.") == 1
+    assert all(w["state"] != "waiting" for w in waiter["waits"])
+
+
+def test_item_1_each_hop_takes_in_the_taint_before_its_stop_chat(reports):
+    chats = chats_of(reports["taint_before_the_first_action"])
+    for hop in ("hop1", "hop2"):
+        chat = chats[hop]
+        assert chat["taint"] == "untrusted", hop
+        (reply,) = chat["replies"]
+        assert reply["started_by"] == "message" and reply["state"] == "needs_you", hop
+        assert reply["waiting_for"]["tool"] == "stop_chat", hop
+        # What the model read before choosing: the sender's message, framed as another chat's.
+        assert "That chat's assistant wrote it, not the person" in model_inputs(reply), hop
+    deploy = chats["deploy"]
+    assert [r["state"] for r in deploy["replies"]] == ["completed"]
+
+
+def test_item_2_the_wait_closing_a_cycle_of_three_is_refused(reports):
+    chats = chats_of(reports["wait_cycle_of_three"])
+    (refused,) = [s for s in chats["c"]["replies"][0]["steps"] if s["tool"] == "wait_for"]
+    assert "would close a circle of 3 chats" in refused["error"]
+    assert chats["c"]["waits"] == []
+    for name in ("a", "b"):
+        assert [w["state"] for w in chats[name]["waits"]] == ["woken"], name
+        assert [r["state"] for r in chats[name]["replies"]] == ["completed", "completed"], name
+
+
+def test_item_3_the_waiter_never_hears_a_chat_that_is_no_longer_yours(reports):
+    chats = chats_of(reports["wait_target_taken_by_someone_else"])
+    assert chats["group"]["taint"] == "person"
+    waiter = chats["waiter"]
+    assert [(w["state"], w["bare"]) for w in waiter["waits"]] == [("woken", True)]
+    woken = waiter["replies"][1]
+    assert woken["started_by"] == "wait"
+    saw = model_inputs(woken)
+    assert "is no longer a chat it may look at" in saw
+    assert "private plans" not in saw and "finished its reply" not in saw
