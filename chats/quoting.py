@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 
 from chats.limits import LIMITS
 from chats.models import Agent, AuthProfile
+from chats.secretshapes import secret_spans
 
 __all__ = [
     "FRAME_OPENER",
@@ -272,21 +273,30 @@ def fence(
 # ---------------------------------------------------------------------------
 # Secrets: anything shaped like a key or a password, taken out of words Conch keeps or passes on
 
-_KEY_SHAPES = [
+# The shapes come from a maintained set, gitleaks' rules (chats.secretshapes). Conch adds
+# only what those rules leave out on purpose: they match a provider's exact format, and words
+# between chats are often cut or varied. Each of these has a test that gitleaks' rules miss it.
+_OWN_SHAPES = [
+    # A model provider's key in its loose form (sk-…, sk-ant-…, sk-proj-…), of any length.
     re.compile(r"\b(?:sk|pk|rk)-(?:live-|test-|proj-|ant-)?[A-Za-z0-9_\-]{16,}"),
-    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"),
-    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"),
-    re.compile(r"\bxox[abprs]-[A-Za-z0-9\-]{10,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{16}\b"),
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}"),
-    re.compile(r"\beyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}"),
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)"),
-    re.compile(r"\b[0-9]{6,}:[A-Za-z0-9_\-]{30,}\b"),  # chat-app bot tokens
-    re.compile(r"(?i)\b(?:bearer)\s+[A-Za-z0-9._\-]{16,}"),
+    # A private key cut before its end, or shorter than gitleaks' 64 characters.
+    re.compile(
+        r"-----BEGIN [A-Z0-9 _-]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z0-9 _-]*PRIVATE KEY(?: BLOCK)?-----|$)"
+    ),
+    # A chat app's bot token with no word like "telegram" beside it.
+    re.compile(r"\b[0-9]{6,}:[A-Za-z0-9_\-]{30,}\b"),
+    re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{16,}"),
 ]
+# A password's or a key's value after its name: ``password: …``, ``AWS_SECRET_ACCESS_KEY=…``,
+# ``"api_key": "…"``, ``dbPassword = …``. The name may have words before and after it, joined by
+# ``_``, ``.``, ``-`` or a capital, but not be a longer word (``secretary``, ``tokens``).
+_SECRET_NAMES = (
+    r"password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret"
+)
 _ASSIGNED = re.compile(
-    r"(?i)\b(password|passwd|pwd|secret|token|api[_-]?key|access[_-]?key|private[_-]?key|client[_-]?secret)"
-    r"(\s*[:=]\s*|\s+is\s+)"
+    r"(?<![\w.-])([\w.-]*?(?:(?<=[_.-])|(?<![\w.-])|(?<=[a-z0-9])(?=[A-Z]))"
+    r"(?i:" + _SECRET_NAMES + r")(?:[_.-][\w.-]*|(?=[A-Z])\w*)?)"
+    r"([\"']?\s*[:=]\s*|\s+is\s+)"
     r"(\"[^\"]*\"|'[^']*'|\S+)"
 )
 REDACTED = "[redacted]"
@@ -297,9 +307,14 @@ def scrub_secrets(text: str, *, known: tuple[str, ...] = ()) -> str:
     text = str(text or "")
     for value in sorted((k for k in known if k and len(k) >= 4), key=len, reverse=True):
         text = text.replace(value, REDACTED)
-    for shape in _KEY_SHAPES:
+    for start, end in reversed(secret_spans(text)):
+        text = text[:start] + REDACTED + text[end:]
+    for shape in _OWN_SHAPES:
         text = shape.sub(REDACTED, text)
-    return _ASSIGNED.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _ASSIGNED.sub(
+        lambda m: m.group(0) if m.group(3) == REDACTED else f"{m.group(1)}{m.group(2)}{REDACTED}",
+        text,
+    )
 
 
 # Environment variables whose values are the server's secrets, wherever they show up:
