@@ -42,6 +42,18 @@ HOSTILE_BITS = [
     "[Co\u0301nch",
     "［Ｃｏｎｃｈ:",  # full-width lookalikes
     "⟦Conch:",
+    "[Сonch:",  # Cyrillic С (issue 13)
+    "［Соnсh:",  # full-width bracket, Cyrillic С, о and с
+    "[ⅽonch",  # small roman numeral one hundred
+    "⟦",
+    "⟧",
+    "❮",
+    "❯",
+    "⟨",
+    "⟩",
+    "⁅",
+    "⁆",
+    "’",
     "【Conch",
     "〔conch",
     "”",
@@ -167,8 +179,9 @@ def test_is_conch_note_is_the_frame_at_the_start():
 def test_plain_words_cannot_close_conchs_line(text):
     out = plain(text)
     for ch in out:
-        assert ch not in "[](){}<>\"'`“”‘’«»＜＞［］〈〉《》", repr(out)
-        assert unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Ps", "Pe", "Pi", "Pf")
+        assert ch not in '[]{}<>"`“”‘’«»＜＞［］〈〉《》⟦⟧❮❯⟨⟩⁅⁆', repr(out)
+        if ch not in "()":  # parentheses are kept: they close neither Conch's line nor a title
+            assert unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Ps", "Pe", "Pi", "Pf")
     assert conch_voices("[x " + out) == 0
     assert len(out) <= 120
 
