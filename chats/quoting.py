@@ -96,7 +96,11 @@ def _skeleton(ch: str) -> str:
     NFKC first, then each character's ASCII lookalike from Unicode's confusables data
     (the ``confusable_homoglyphs`` package): Cyrillic ``С`` is ``c``, ``ⅽ`` is ``c``.
     """
-    return "".join(_LOOKS_LIKE.get(c, c) for c in _fold(ch)).casefold()
+    # Looked up before case-folding: capital Eta looks like H, though small eta looks like n.
+    return "".join(
+        _LOOKS_LIKE.get(c) or _LOOKS_LIKE.get(c.casefold()) or c
+        for c in unicodedata.normalize("NFKC", ch)
+    ).casefold()
 
 
 def _ascii_lookalikes() -> dict[str, str]:

@@ -530,7 +530,7 @@ def stop_chat(*, sender: Conversation, turn: Turn, chat_id: str, reason: str) ->
     why = plain(reason or "no reason given", limit=LIMITS.stop_reason_chars)
     by = named(sender.title, sender.public_id)
     stopped = conversation_stop(
-        conversation=target, by=f"chat {sender.public_id}", reason=f"Stopped by {by}: {why}"
+        conversation=target, by=f"chat {sender.public_id}", reason=f"Stopped by {by}."
     )
     if stopped is None:
         raise ConchError(ERR_NOTHING_TO_STOP.format(title=plain(target.title), id=target.public_id))
