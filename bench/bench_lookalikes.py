@@ -8,6 +8,7 @@ Prints how many examples ran, the time, and the ratio it is judged by: failures 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -39,9 +40,11 @@ def main() -> int:
     )
     seconds = time.perf_counter() - started
     passing = [line for line in run.stdout.splitlines() if "passing examples" in line]
-    ran = sum(int(line.split("-")[1].split("passing")[0].strip()) for line in passing)
+    ran = sum(int(re.search(r"(\d+) passing examples", line).group(1)) for line in passing)
     failed = run.returncode != 0
-    print(run.stdout.splitlines()[-1])
+    print(run.stdout.splitlines()[-1] if run.stdout else run.stderr[-500:])
+    if failed:
+        print("\n".join(line for line in run.stdout.splitlines() if line.startswith("E ")))
     print(f"lookalikes: {ran} passing examples over {PROPERTIES} properties in {seconds:.1f}s")
     print(
         f"ratio: failures/examples = {int(failed)}/{ran} (judged: 0, with examples >= {examples} a property)"

@@ -15,7 +15,15 @@ from functools import cache
 
 from confusable_homoglyphs.confusables import is_confusable
 
-_SKIP = {"Mn", "Me", "Cf"}
+_SKIP = {
+    "Mn",
+    "Me",
+    "Cf",
+    "Cc",
+    "Cn",
+    "Co",
+    "Cs",
+}  # marks, format, control, unassigned: nothing a reader reads
 
 
 @cache
