@@ -28,7 +28,6 @@ def main() -> int:
             "-m",
             "pytest",
             "tests/chats/test_lookalikes.py",
-            "-q",
             "-p",
             "no:cacheprovider",
             "--hypothesis-show-statistics",
@@ -39,8 +38,8 @@ def main() -> int:
         text=True,
     )
     seconds = time.perf_counter() - started
-    passing = [line for line in run.stdout.splitlines() if "passing examples" in line]
-    ran = sum(int(re.search(r"(\d+) passing examples", line).group(1)) for line in passing)
+    passing = [line for line in run.stdout.splitlines() if re.search(r"\d+ passing\b", line)]
+    ran = sum(int(re.search(r"(\d+) passing\b", line).group(1)) for line in passing)
     failed = run.returncode != 0
     print(run.stdout.splitlines()[-1] if run.stdout else run.stderr[-500:])
     if failed:
