@@ -15,7 +15,7 @@ from django.conf import settings
 from chats import processes
 from chats.limits import LIMITS
 from chats.models import Effect, Step
-from chats.quoting import known_secrets, scrub_secrets
+from chats.quoting import file_name, known_secrets, scrub_secrets
 from chats.tools import sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.registry import (
@@ -72,6 +72,11 @@ def confine(folder: str, path: str) -> Path:
 def relative(folder: str, real: Path) -> str:
     root = Path(os.path.realpath(folder))
     return str(real.relative_to(root)) if real != root else "."
+
+
+def shown(folder: str, real: Path) -> str:
+    """A path inside the folder as an answer shows it: through quoting, as another chat may have named it."""
+    return file_name(relative(folder, real))
 
 
 def _open(folder: str, path: str, real: Path, flags: int, *, make_parents: bool = False) -> int:
@@ -184,7 +189,7 @@ def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         os.close(fd)
     verb = "Replaced" if existed else "Created"
     return ToolResult(
-        f"{verb} {relative(ctx.folder, real)} ({len(args['content'])} characters).", (str(real),)
+        f"{verb} {shown(ctx.folder, real)} ({len(args['content'])} characters).", (str(real),)
     )
 
 
@@ -215,7 +220,7 @@ def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     finally:
         os.close(fd)
     return ToolResult(
-        f"Edited {relative(ctx.folder, real)} ({count if args.get('all') else 1} change).",
+        f"Edited {shown(ctx.folder, real)} ({count if args.get('all') else 1} change).",
         (str(real),),
     )
 
@@ -232,7 +237,7 @@ def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             entries = sorted(found, key=lambda e: e.name)
         names = []
         for entry in entries:
-            names.append(entry.name + ("/" if entry.is_dir() else ""))
+            names.append(file_name(entry.name) + ("/" if entry.is_dir() else ""))
             if len(names) >= LIMITS.folder_list_names:
                 names.append(f"… (first {LIMITS.folder_list_names} shown)")
                 break

@@ -42,6 +42,18 @@ HOSTILE_BITS = [
     "[Co\u0301nch",
     "［Ｃｏｎｃｈ:",  # full-width lookalikes
     "⟦Conch:",
+    "[Сonch:",  # Cyrillic С (issue 13)
+    "［Соnсh:",  # full-width bracket, Cyrillic С, о and с
+    "[ⅽonch",  # small roman numeral one hundred
+    "⟦",
+    "⟧",
+    "❮",
+    "❯",
+    "⟨",
+    "⟩",
+    "⁅",
+    "⁆",
+    "’",
     "【Conch",
     "〔conch",
     "”",
@@ -167,8 +179,9 @@ def test_is_conch_note_is_the_frame_at_the_start():
 def test_plain_words_cannot_close_conchs_line(text):
     out = plain(text)
     for ch in out:
-        assert ch not in "[](){}<>\"'`“”‘’«»＜＞［］〈〉《》", repr(out)
-        assert unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Ps", "Pe", "Pi", "Pf")
+        assert ch not in '[]{}<>"`“”‘’«»＜＞［］〈〉《》⟦⟧❮❯⟨⟩⁅⁆', repr(out)
+        if ch not in "()":  # parentheses are kept: they close neither Conch's line nor a title
+            assert unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp", "Ps", "Pe", "Pi", "Pf")
     assert conch_voices("[x " + out) == 0
     assert len(out) <= 120
 
@@ -228,9 +241,10 @@ def test_secrets_are_taken_out_before_the_text_is_cut():
 
 
 def test_password_values_and_key_shapes_are_scrubbed():
-    text = "password: hunter22 and token=abc123def and AKIAABCDEFGHIJKLMNOP and ghp_" + "a" * 30
+    ghp = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+    text = f"password: hunter22 and token=abc123def and AKIAABCDEFGHIJKLMNOP and {ghp}"
     out = scrub_secrets(text)
-    for secret in ("hunter22", "abc123def", "AKIAABCDEFGHIJKLMNOP", "ghp_" + "a" * 30):
+    for secret in ("hunter22", "abc123def", "AKIAABCDEFGHIJKLMNOP", ghp):
         assert secret not in out
 
 

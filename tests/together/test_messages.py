@@ -342,7 +342,10 @@ def test_stop_chat_stops_the_reply_and_the_stopped_chat_hears_why(live):
     b_turn = Turn.objects.get(conversation=b)
     assert b_turn.state == TurnState.STOPPED
     assert "Stopped by “A”" in entries(b, EntryKind.CARD)[0]
-    assert any("Its reason: I am changing the same files" in n for n in entries(b, EntryKind.NOTE))
+    assert any(
+        "<stop-reason>\nI am changing the same files\n</stop-reason>" in n
+        for n in entries(b, EntryKind.NOTE)
+    )
 
 
 def test_stop_chat_ends_the_command_the_stopped_chat_is_running(live, workspace):
