@@ -80,7 +80,9 @@ def test_the_page_lists_the_models_of_a_server_on_a_usual_port(signed_in, model,
 
     assert f"<code>{model.base_url}</code>" in html
     for name in ("qwen2.5-coder:7b", "llama3.2:3b"):
-        link = f"?base_url=http%3A//127.0.0.1%3A{model.port}/v1&amp;model={name.replace(':', '%3A')}"
+        link = (
+            f"?base_url=http%3A//127.0.0.1%3A{model.port}/v1&amp;model={name.replace(':', '%3A')}"
+        )
         assert link in html, name
     assert "Now: no model is connected." in html
 
@@ -209,9 +211,7 @@ def test_a_post_without_the_csrf_token_is_refused(owner, agent, model):
     assert model.completions == []
 
 
-def test_under_htmx_test_connection_answers_with_the_result_alone_and_save_redirects(
-    htmx, model
-):
+def test_under_htmx_test_connection_answers_with_the_result_alone_and_save_redirects(htmx, model):
     tried = htmx.post(TRY, form(model.base_url))
     html = tried.content.decode()
     assert tried.status_code == 200
@@ -269,8 +269,12 @@ def test_a_chat_without_a_model_answers_that_it_has_none_with_the_link(signed_in
     assert "script has no more replies" not in said.text
     assert said.data == {"connect_model": True}
     page = signed_in.get(f"/c/{chat.public_id}/").content.decode()
-    answer = re.search(r'<div class="msg from-assistant".*?</div>\s*</div>|'
-                       r'<div class="msg from-assistant".*?</a></div>', page, re.S)
+    answer = re.search(
+        r'<div class="msg from-assistant".*?</div>\s*</div>|'
+        r'<div class="msg from-assistant".*?</a></div>',
+        page,
+        re.S,
+    )
     assert answer, page
     assert 'href="/connect/"' in answer.group(0)
     assert "Connect a model</a>" in answer.group(0)
