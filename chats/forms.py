@@ -146,12 +146,6 @@ class ConnectModelForm(forms.Form):
         except ValueError as exc:
             raise forms.ValidationError(str(exc)) from None
 
-    def clean_model(self) -> str:
-        model = self.cleaned_data["model"].strip()
-        if not model:
-            raise forms.ValidationError(ERR_MODEL_EMPTY)
-        return model
-
     def clean_key(self) -> str:
         key = self.cleaned_data.get("key") or ""
         if key and not (key.isascii() and key.isprintable() and " " not in key):
