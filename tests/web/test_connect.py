@@ -146,6 +146,10 @@ def test_a_key_is_tried_sent_as_the_bearer_token_and_sealed_at_rest(signed_in, k
     assert without.status_code == 400
     assert "key" in without.content.decode().lower()
 
+    tried = signed_in.post(TRY, form(url, key="sk-test-0123456789"))
+    assert tried.status_code == 200
+    assert "sk-test-0123456789" not in tried.content.decode(), "a key is never written back"
+
     saved = signed_in.post(TRY, form(url, action="save", key="sk-test-0123456789"))
 
     assert saved.status_code == 302
