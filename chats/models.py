@@ -55,6 +55,10 @@ def new_task_id() -> str:
     return new_public_id("t")
 
 
+# The engine that plays a chat's JSON script (chats/engines/scripted.py): no model.
+SCRIPTED_ENGINE = "scripted"
+
+
 class Agent(models.Model):
     """A persona: its own workspace, auth profiles, allowed tools and sessions."""
 
@@ -83,7 +87,7 @@ class Agent(models.Model):
     system_text = models.TextField(
         blank=True, help_text="The persona's own part of the system text."
     )
-    engine = models.CharField(max_length=32, default="scripted")
+    engine = models.CharField(max_length=32, default=SCRIPTED_ENGINE)
     engine_config = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -97,6 +101,11 @@ class Agent(models.Model):
 
     def __str__(self) -> str:
         return self.name or self.slug
+
+    @property
+    def has_model(self) -> bool:
+        """Whether a model answers for this persona; the scripted engine only plays scripts."""
+        return self.engine != SCRIPTED_ENGINE
 
 
 class AuthProfile(models.Model):

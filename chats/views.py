@@ -17,7 +17,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chats import regions
-from chats.forms import NewChatForm
+from chats.engines.discovery import servers_find, usual_ports
+from chats.forms import ConnectModelForm, NewChatForm
 from chats.models import Conversation
 from chats.runtime import selectors
 from chats.runtime.chats import (
@@ -27,6 +28,12 @@ from chats.runtime.chats import (
     conversation_rename,
     conversation_set_mode,
     default_agent,
+)
+from chats.runtime.connect import (
+    ModelChoice,
+    model_connect,
+    model_connected,
+    model_try,
 )
 from chats.runtime.turns import (
     conversation_delete,
@@ -66,6 +73,8 @@ def _page(
     context = regions.page_context(owner_id=request.user.pk, conversation=chat)
     if chat is None:
         context["form"] = form or _new_chat_form()
+        context["model_connected"] = model_connected()
+        context["default_agent"] = default_agent()
     context.update(extra)
     return render(request, regions.PAGE, context, status=status)
 
@@ -252,6 +261,61 @@ def chat_archive(request: HttpRequest, public_id: str) -> HttpResponse:
 def chat_delete(request: HttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     conversation_delete(conversation=chat)
+    home = reverse("chats:home")
+    if request.htmx:
+        return HttpResponse(status=204, headers={"HX-Redirect": home})
+    return redirect(home)
+
+
+# ---------------------------------------------------------------------------
+# Connect a model
+
+
+def _connect_page(
+    request: HttpRequest, form: ConnectModelForm, *, result=None, status: int = 200
+) -> HttpResponse:
+    context = {"form": form, "result": result, "agent": default_agent()}
+    if request.htmx and request.method == "POST":
+        # Only the result swaps in: the fields keep what was typed, the key included.
+        return render(request, "connect.html#connect-result", context, status=status)
+    context["servers"] = servers_find()
+    context["ports"] = usual_ports().items()
+    return render(request, "connect.html", context, status=status)
+
+
+@login_required
+@require_GET
+def connect(request: HttpRequest) -> HttpResponse:
+    """Connect a model: the servers found on this computer, and a form for any other."""
+    agent = default_agent()
+    config = (
+        agent.engine_config if agent.has_model and isinstance(agent.engine_config, dict) else {}
+    )
+    initial = {
+        "base_url": request.GET.get("base_url") or config.get("base_url", ""),
+        "model": request.GET.get("model") or config.get("model", ""),
+    }
+    return _connect_page(request, ConnectModelForm(initial=initial))
+
+
+@login_required
+@require_POST
+def connect_post(request: HttpRequest) -> HttpResponse:
+    """Test connection, or Save: Save tries the model again and saves only if it answered."""
+    form = ConnectModelForm(request.POST)
+    if not form.is_valid():
+        return _connect_page(request, form, status=400)
+    choice = ModelChoice(
+        base_url=form.cleaned_data["base_url"],
+        model=form.cleaned_data["model"],
+        key=form.cleaned_data["key"],
+    )
+    result = model_try(choice=choice)
+    if not result.ok:
+        return _connect_page(request, form, result=result, status=400)
+    if request.POST.get("action") != "save":
+        return _connect_page(request, form, result=result)
+    model_connect(choice=choice)
     home = reverse("chats:home")
     if request.htmx:
         return HttpResponse(status=204, headers={"HX-Redirect": home})

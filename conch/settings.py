@@ -372,6 +372,34 @@ CONCH_FETCH_MAX_BYTES = envint("CONCH_FETCH_MAX_BYTES", 2_000_000, minimum=1_024
 CONCH_MODEL_TIMEOUT = envfloat("CONCH_MODEL_TIMEOUT", 120.0, minimum=1.0)
 CONCH_MODEL_RETRIES = envint("CONCH_MODEL_RETRIES", 3, minimum=0)
 CONCH_MODEL_BACKOFF = envfloat("CONCH_MODEL_BACKOFF", 1.0, minimum=0.0)
+
+
+def envports(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    """Port numbers, comma-separated."""
+    value = _env(name)
+    if value is None:
+        return default
+    ports = []
+    for part in value.split(","):
+        try:
+            port = int(part.strip())
+        except ValueError:
+            port = 0
+        if not 1 <= port <= 65535:
+            raise ImproperlyConfigured(
+                f"{name} must be port numbers from 1 to 65535, separated by commas (got {value!r})."
+            )
+        ports.append(port)
+    return tuple(dict.fromkeys(ports))
+
+
+# The default persona's model, set when `conch serve` starts (its --model overrides
+# CONCH_MODEL_URL); the Connect a model page sets it from the browser instead.
+CONCH_MODEL_URL = envurl("CONCH_MODEL_URL", "")
+CONCH_MODEL = (_env("CONCH_MODEL") or "").strip()
+# Where the Connect a model page looks for servers on 127.0.0.1: Ollama's, llama.cpp's,
+# LM Studio's and vLLM's default ports (chats/engines/discovery.py).
+CONCH_MODEL_PORTS = envports("CONCH_MODEL_PORTS", (11434, 8080, 1234, 8000))
 # The gateway: the zone daily resets are counted in, and replies to chat apps.
 CONCH_TIME_ZONE = TIME_ZONE
 CONCH_TELEGRAM_API_BASE = envurl("CONCH_TELEGRAM_API_BASE", "https://api.telegram.org")

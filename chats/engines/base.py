@@ -59,7 +59,11 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Say:
+    """Words from the assistant. ``data`` is kept on the entry, for the page
+    (``{"connect_model": true}`` shows the link to Connect a model)."""
+
     text: str
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

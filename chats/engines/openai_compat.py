@@ -814,11 +814,14 @@ class ConnectionResult:
     message: str
 
 
-def connection_test(agent: Agent) -> ConnectionResult:
-    """A tiny request with the persona's settings and key; what came of it, in words."""
+def connection_test(agent: Agent, *, key: str | None = None) -> ConnectionResult:
+    """A tiny request with the persona's settings and key; what came of it, in words.
+
+    ``key``, when given, is used instead of the persona's saved one: Connect a model
+    tries settings before they are saved (chats/runtime/connect.py)."""
     try:
         config = ModelConfig.of(agent)
-        key = api_key_for(agent, config)
+        key = api_key_for(agent, config) if key is None else key
         started = time.monotonic()
         answer = complete(
             config,

@@ -9,7 +9,10 @@ order. Reply N of a chat plays the script's reply N. Actions:
 - ``{"fail": "reason"}`` the reply fails;
 - any action may carry ``"delay": seconds``, for demos.
 
-After its last action the reply ends. A chat with no script left says so.
+After its last action the reply ends. A chat with no script left answers that
+no model is connected, with the link to Connect a model (the page shows it
+for ``data.connect_model``): the scripted engine is for ``--demo`` and the
+scenarios, and a newcomer's first words land here.
 """
 
 from __future__ import annotations
@@ -20,7 +23,11 @@ from chats.engines.base import Ask, Decision, End, EngineError, EngineInput, Fai
 from chats.tools.registry import ToolError, UnknownTool, get_tool, validate_args
 
 ACTION_KEYS = ("tool", "say", "ask", "fail")
-OUT_OF_SCRIPT = "(The script has no more replies for this chat.)"
+NO_MODEL = (
+    "No model is connected, so nothing can answer you here yet: {persona}, this chat's "
+    "persona, only plays scripts, and this chat has none left. Connect a model, then send "
+    "your message again."
+)
 
 
 class ScriptError(ValueError):
@@ -75,7 +82,8 @@ class ScriptedEngine:
         position = state.get("pos", 0)
         if reply_index >= len(script):
             if position == 0:
-                return Decision(Say(OUT_OF_SCRIPT), {**state, "pos": 1})
+                words = NO_MODEL.format(persona=given.conversation.agent.name)
+                return Decision(Say(words, {"connect_model": True}), {**state, "pos": 1})
             return Decision(End(), state)
         reply = script[reply_index]
         if not isinstance(reply, list):

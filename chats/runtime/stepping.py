@@ -238,7 +238,11 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
             if not _still_mine(turn.pk, worker):
                 return Advance(False)
             entry_append(
-                conversation=conversation, role=EntryRole.ASSISTANT, text=action.text, turn=turn
+                conversation=conversation,
+                role=EntryRole.ASSISTANT,
+                text=action.text,
+                turn=turn,
+                data=action.data,
             )
             Turn.objects.filter(pk=turn.pk).update(engine_state=new_state)
             events.publish_chat(conversation, turn=turn.number)

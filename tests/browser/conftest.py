@@ -62,6 +62,7 @@ class ConchServer:
     """A ``tests.browser.server`` subprocess; ``restart()`` brings it back on the same port."""
 
     args: list[str]
+    env: dict[str, str] = field(default_factory=dict)
     port: int = 0
     process: subprocess.Popen | None = None
     output: list[str] = field(default_factory=list)
@@ -77,6 +78,7 @@ class ConchServer:
             "CONCH_SECRET_KEY": settings.SECRET_KEY,
             "CONCH_LOG_LEVEL": "WARNING",
             "PYTHONUNBUFFERED": "1",
+            **self.env,
         }
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         command = [
@@ -127,9 +129,11 @@ class ConchServer:
         self.start()
 
 
-def _start(django_db_setup, django_db_blocker, *args: str) -> Iterator[ConchServer]:
+def _start(
+    django_db_setup, django_db_blocker, *args: str, env: dict[str, str] | None = None
+) -> Iterator[ConchServer]:
     with django_db_blocker.unblock():
-        server = ConchServer(list(args)).start()
+        server = ConchServer(list(args), dict(env or {})).start()
     try:
         yield server
     finally:

@@ -171,13 +171,15 @@ def test_a_finished_reply_leaves_the_chat_idle(agent):
     assert chat.entries.last().text == "All done."
 
 
-def test_a_chat_with_no_script_left_says_so_and_finishes(agent):
+def test_a_chat_with_no_script_left_says_no_model_is_connected_and_finishes(agent):
     chat = ChatFactory()
 
     turn = play(chat)
 
     assert turn.state == TurnState.COMPLETED
-    assert "no more replies" in chat.entries.last().text
+    said = chat.entries.last()
+    assert said.text.startswith("No model is connected, so nothing can answer you here yet")
+    assert said.data == {"connect_model": True}  # the page shows the link to Connect a model
 
 
 def test_a_reply_that_fails_leaves_the_chat_idle_with_the_reason(agent):

@@ -11,6 +11,7 @@ import io
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,8 +20,10 @@ from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from chats.management.commands import serve
+from chats.runtime.chats import default_agent
 from chats.runtime.turns import ERR_COMMAND_SHUTDOWN, ERR_COMMAND_STOPPED
 from chats.signin import signin_token_redeem
 from conch.static import StaticFiles
@@ -31,6 +34,7 @@ from tests.commands import (
     wait_for_fifo,
     wait_until_ended,
 )
+from tests.loopback_model import LoopbackModel
 from tests.scaleout.processes import REPO, process_env, wait_until
 
 _SCRIPT = Path(sys.executable).with_name("conch")
@@ -41,6 +45,7 @@ LINK = re.compile(r"http://127\.0\.0\.1:(\d+)/signin/([\w-]+)/")
 SEED = """
 import os
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.contrib.auth import get_user_model
 from chats.runtime.chats import conversation_create
 from chats.runtime.turns import message_send
@@ -109,6 +114,12 @@ def home(tmp_path) -> Path:
 @pytest.fixture
 def env(home) -> dict[str, str]:
     return process_env(home)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 # -- serve ---------------------------------------------------------------------
@@ -251,6 +262,103 @@ def test_serve_demo_says_so_when_there_is_no_demo(db, no_daphne, monkeypatch):
     assert "no conch_demo command" in out.getvalue()
 
 
+# -- serve --model: the default persona's model at start -----------------------------
+
+
+def test_serve_model_makes_the_servers_one_model_the_default_personas(db, no_daphne):
+    with LoopbackModel(["qwen2.5-coder:7b"]) as model:
+        out = io.StringIO()
+        call_command("serve", "--model", f"127.0.0.1:{model.port}", stdout=out)
+
+    agent = default_agent()
+    assert agent.engine == "openai"
+    assert agent.engine_config == {"base_url": model.base_url, "model": "qwen2.5-coder:7b"}
+    said = f"Conch, every new chat's persona, answers with “qwen2.5-coder:7b” at {model.base_url}."
+    assert said in out.getvalue()
+    assert no_daphne[-1] == "runner stopped"  # and then it served as ever
+
+
+def test_serve_takes_the_model_from_conch_model_url_and_conch_model(db, no_daphne, settings):
+    with LoopbackModel(["qwen2.5-coder:7b", "llama3.2:3b"]) as model:
+        settings.CONCH_MODEL_URL = model.base_url
+        settings.CONCH_MODEL = "llama3.2:3b"
+        call_command("serve", stdout=io.StringIO())
+
+    assert default_agent().engine_config == {"base_url": model.base_url, "model": "llama3.2:3b"}
+
+
+def test_serve_model_flag_wins_over_conch_model_url(db, no_daphne, settings):
+    settings.CONCH_MODEL_URL = f"http://127.0.0.1:{closed_port()}/v1"
+    with LoopbackModel() as model:
+        call_command("serve", "--model", model.base_url, stdout=io.StringIO())
+
+    assert default_agent().engine_config["base_url"] == model.base_url
+
+
+def test_serve_model_asks_which_when_the_server_has_several(db, no_daphne, settings):
+    settings.CONCH_MODEL = ""
+    with LoopbackModel(["qwen2.5-coder:7b", "llama3.2:3b"]) as model:
+        with pytest.raises(CommandError) as refused:
+            call_command("serve", "--model", model.base_url, stdout=io.StringIO())
+
+    assert str(refused.value) == (
+        f"The server at {model.base_url} serves several models (qwen2.5-coder:7b, llama3.2:3b); "
+        "name one with CONCH_MODEL, such as CONCH_MODEL=qwen2.5-coder:7b."
+    )
+    assert not default_agent().has_model
+    assert not any(isinstance(c, tuple) and c[0] == "daphne runs" for c in no_daphne)
+
+
+def test_serve_model_refuses_a_model_the_server_does_not_have(db, no_daphne, settings):
+    settings.CONCH_MODEL = "not-pulled:1b"
+    with LoopbackModel() as model, pytest.raises(CommandError, match="no model called"):
+        call_command("serve", "--model", model.base_url, stdout=io.StringIO())
+    assert not default_agent().has_model
+
+
+def test_serve_model_with_nothing_listening_needs_the_models_name(db, no_daphne, settings):
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    settings.CONCH_MODEL = ""
+    with pytest.raises(CommandError, match=r"Nothing answered at .*CONCH_MODEL to name one"):
+        call_command("serve", "--model", url, stdout=io.StringIO())
+    assert not default_agent().has_model
+
+    settings.CONCH_MODEL = "qwen2.5-coder:7b"
+    out = io.StringIO()
+    call_command("serve", "--model", url, stdout=out)
+    assert "Note: Nothing answered at" in out.getvalue()
+    assert default_agent().engine_config == {"base_url": url, "model": "qwen2.5-coder:7b"}
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("ftp://127.0.0.1/v1", "must start with http:// or https://"),
+        ("http://127.0.0.1:99999/v1", "a port that isn't a number"),
+    ],
+)
+def test_serve_refuses_a_bad_model_url_in_words_before_anything(env, url, words):
+    done = conch("serve", "--port", "0", "--model", url, env=env)
+    assert done.returncode == 1
+    assert "--model (or CONCH_MODEL_URL): " in done.stderr
+    assert words in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("CONCH_MODEL_URL", "localhost:11434", "must be an http:// or https:// address"),
+        ("CONCH_MODEL_PORTS", "11434,eighty", "must be port numbers from 1 to 65535"),
+        ("CONCH_MODEL_PORTS", "0", "must be port numbers from 1 to 65535"),
+    ],
+)
+def test_a_bad_model_variable_is_one_clear_line(tmp_path, name, value, words):
+    done = conch("check", env=process_env(tmp_path, **{name: value}))
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"conch: {name} {words}")
+    assert done.stderr.count("\n") == 1
+
+
 def test_serve_on_ipv6_loopback_listens_there():
     assert serve.endpoint("::1", 8000) == r"tcp:port=8000:interface=\:\:1"
     assert serve.url_host("::1") == "[::1]"
@@ -286,6 +394,7 @@ def test_a_worker_runs_replies_logs_its_claims_and_stops_on_sigterm(home, env):
 LONG_COMMAND_SEED = """
 import os
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.contrib.auth import get_user_model
 from chats.runtime.chats import conversation_create
 from chats.runtime.turns import message_send

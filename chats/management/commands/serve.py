@@ -19,6 +19,8 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from chats.forms import base_url_clean
+
 log = logging.getLogger(__name__)
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
@@ -27,6 +29,16 @@ ERR_HOST = (
     "(got {host!r})."
 )
 ERR_LISTEN = "Could not listen on {host}:{port}. Is another Conch (or anything) using that port?"
+ERR_MODEL_URL = "--model (or CONCH_MODEL_URL): {why}"
+ERR_MODEL_DOWN = (
+    "--model (or CONCH_MODEL_URL): {why} Conch needs the server to list its models, "
+    "or CONCH_MODEL to name one."
+)
+ERR_MODEL_WHICH = (
+    "The server at {url} serves several models ({models}); name one with CONCH_MODEL, "
+    "such as CONCH_MODEL={first}."
+)
+ERR_MODEL_MISSING = "The server at {url} has no model called “{model}”; it serves {models}."
 
 
 def port_number(value: str) -> int:
@@ -72,15 +84,29 @@ class Command(BaseCommand):
             help="Port to listen on (default 8000; 0 picks a free one).",
         )
         parser.add_argument(
+            "--model",
+            metavar="URL",
+            default="",
+            help="Make the default persona answer with the model server at URL (an "
+            "OpenAI-compatible API, such as http://127.0.0.1:11434/v1); CONCH_MODEL names "
+            "the model if the server has several. Default: CONCH_MODEL_URL.",
+        )
+        parser.add_argument(
             "--demo",
             action="store_true",
             help="Load the demo chats (manage.py conch_demo) before serving.",
         )
 
-    def handle(self, *args, host: str, port: int, demo: bool, **options) -> None:
+    def handle(self, *args, host: str, port: int, demo: bool, model: str = "", **options) -> None:
         host = host.strip().strip("[]")
         if host not in LOOPBACK_HOSTS:
             raise CommandError(ERR_HOST.format(allowed=", ".join(LOOPBACK_HOSTS), host=host))
+        model_url = (model or settings.CONCH_MODEL_URL).strip()
+        if model_url:
+            try:
+                model_url = base_url_clean(model_url)
+            except ValueError as exc:
+                raise CommandError(ERR_MODEL_URL.format(why=exc)) from None
 
         self.check()
         call_command("migrate", interactive=False, verbosity=0)
@@ -90,6 +116,8 @@ class Command(BaseCommand):
         owner = owner_ensure()
         if demo:
             self._demo()
+        if model_url:
+            self._model(model_url, settings.CONCH_MODEL)
         token = signin_link_create(user=owner)
         # On the embedded SQLite this is the only runner; on a shared database
         # (DATABASE_URL) workers and other servers may be mid-reply right now.
@@ -133,6 +161,31 @@ class Command(BaseCommand):
             self.stdout.write(
                 "Note: this Conch has no conch_demo command, so --demo loaded nothing."
             )
+
+    def _model(self, url: str, name: str) -> None:
+        """Make the default persona answer with ``name`` (or the server's one model) at ``url``."""
+        from chats.engines.base import EngineError
+        from chats.engines.discovery import models_list
+        from chats.runtime.connect import ModelChoice, model_connect
+
+        try:
+            served = models_list(url)
+        except EngineError as exc:
+            if not name:
+                raise CommandError(ERR_MODEL_DOWN.format(why=exc)) from None
+            self.stdout.write(f"Note: {exc} Conch will ask it for “{name}” when a chat needs it.")
+            served = ()
+        listed = ", ".join(served[:8]) + (", …" if len(served) > 8 else "")
+        if not name:
+            if len(served) > 1:
+                raise CommandError(ERR_MODEL_WHICH.format(url=url, models=listed, first=served[0]))
+            name = served[0]
+        elif served and name not in served:
+            raise CommandError(ERR_MODEL_MISSING.format(url=url, model=name, models=listed))
+        agent = model_connect(choice=ModelChoice(base_url=url, model=name))
+        self.stdout.write(
+            f"{agent.name}, every new chat's persona, answers with “{name}” at {url}."
+        )
 
     def _announce(self, host: str, port: int, token: str) -> None:
         base = f"http://{url_host(host)}:{port}"

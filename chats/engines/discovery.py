@@ -1,0 +1,116 @@
+"""Finding OpenAI-compatible model servers, and the models they serve.
+
+``servers_find`` looks on this computer's loopback address at the ports such
+servers listen on out of the box (``USUAL_PORTS``: Ollama 11434, llama.cpp
+8080, LM Studio 1234, vLLM 8000; ``CONCH_MODEL_PORTS`` replaces the list) and
+asks each ``/v1/models``, all at once, each with a short timeout. A port where
+nothing listens, or where something that isn't such a server answers (Conch
+itself on 8000, say), is left out.
+
+``models_list`` asks one server, at any address the person gives, and says in
+words what went wrong. It is the person's own request from their own page, so
+the rules that keep a *model* from reaching private addresses
+(``chats.tools.web``) don't apply here: loopback is the point.
+
+Both use the official ``openai`` SDK, as the engine does.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import openai
+from django.conf import settings
+
+from chats.engines.base import EngineError
+
+LOOPBACK = "127.0.0.1"
+PROBE_TIMEOUT = 1.5  # seconds a usual port may take to answer before it counts as nothing there
+LIST_TIMEOUT = 10.0  # seconds a server the person named may take to list its models
+NO_KEY = "no-key"  # the SDK insists on a key; servers that need none ignore it
+
+# The servers' own defaults, and the name each port is known by.
+USUAL_PORTS: dict[int, str] = {11434: "Ollama", 8080: "llama.cpp", 1234: "LM Studio", 8000: "vLLM"}
+
+ERR_UNREACHABLE = "Nothing answered at {url} ({why}). Is the server running there?"
+ERR_TIMEOUT = "The server at {url} didn't answer within {seconds:g} seconds."
+ERR_KEY = "The server at {url} refused the key ({status}). Check the key."
+ERR_NOT_A_SERVER = (
+    "The address {url} doesn't answer like an OpenAI-compatible server ({status} for "
+    "{url}/models). Such servers' addresses usually end in /v1."
+)
+ERR_NO_MODELS = "The server at {url} lists no models. Load or pull one there first."
+
+
+@dataclass(frozen=True)
+class FoundServer:
+    """A server found on a usual port: what it is probably, where, and its models."""
+
+    name: str
+    base_url: str
+    models: tuple[str, ...]
+
+
+def usual_ports() -> dict[int, str]:
+    """The ports to look on: ``CONCH_MODEL_PORTS`` when set, else the servers' defaults."""
+    return {port: USUAL_PORTS.get(port, "A server") for port in settings.CONCH_MODEL_PORTS}
+
+
+def _client(base_url: str, key: str, timeout: float) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base_url, api_key=key or NO_KEY, timeout=timeout, max_retries=0)
+
+
+def models_list(base_url: str, key: str = "", *, timeout: float = LIST_TIMEOUT) -> tuple[str, ...]:
+    """The models the server at ``base_url`` serves, as its ``/models`` lists them.
+
+    Raises :class:`EngineError` saying, in words, why there are none to pick.
+    """
+    url = base_url.rstrip("/")
+    try:
+        page = _client(url, key, timeout).models.list()
+        names = tuple(dict.fromkeys(m.id for m in page.data if isinstance(m.id, str) and m.id))
+    except openai.APITimeoutError:
+        raise EngineError(ERR_TIMEOUT.format(url=url, seconds=timeout)) from None
+    except openai.APIConnectionError as exc:
+        why = exc.__cause__ or exc
+        raise EngineError(ERR_UNREACHABLE.format(url=url, why=_cause_words(why))) from None
+    except openai.AuthenticationError as exc:
+        raise EngineError(ERR_KEY.format(url=url, status=exc.status_code)) from None
+    except openai.PermissionDeniedError as exc:
+        raise EngineError(ERR_KEY.format(url=url, status=exc.status_code)) from None
+    except openai.APIStatusError as exc:
+        raise EngineError(ERR_NOT_A_SERVER.format(url=url, status=exc.status_code)) from None
+    except (openai.APIResponseValidationError, AttributeError, TypeError, ValueError):
+        # A 200 that isn't a list of models: a web page, another program's JSON.
+        raise EngineError(ERR_NOT_A_SERVER.format(url=url, status="200, not a list")) from None
+    if not names:
+        raise EngineError(ERR_NO_MODELS.format(url=url))
+    return names
+
+
+def _cause_words(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    if "refused" in text.lower():
+        return "connection refused"
+    return text[:160]
+
+
+def _probe(port: int, name: str, host: str, timeout: float) -> FoundServer | None:
+    base_url = f"http://{host}:{port}/v1"
+    try:
+        return FoundServer(name, base_url, models_list(base_url, timeout=timeout))
+    except EngineError:
+        return None
+
+
+def servers_find(
+    ports: dict[int, str] | None = None, *, host: str = LOOPBACK, timeout: float = PROBE_TIMEOUT
+) -> list[FoundServer]:
+    """The OpenAI-compatible servers listening on ``ports`` of this computer, in that order."""
+    wanted = usual_ports() if ports is None else ports
+    if not wanted:
+        return []
+    with ThreadPoolExecutor(max_workers=len(wanted)) as pool:
+        probes = [pool.submit(_probe, port, name, host, timeout) for port, name in wanted.items()]
+        return [found for probe in probes if (found := probe.result()) is not None]
