@@ -271,14 +271,14 @@ def test_every_steps_stored_result_is_scrubbed(agent, workspace):
 
 def test_a_stopped_commands_output_is_scrubbed_too(agent, settings):
     settings.CONCH_COMMAND_TIMEOUT = 0.5
-    chat = ChatFactory(reply=[command("echo ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123; sleep 5")])
+    chat = ChatFactory(reply=[command("echo ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A; sleep 5")])
 
     message_send(conversation=chat, text="go")
     drain()
 
     step = Step.objects.get(turn__conversation=chat)
     assert step.error.startswith("The command did not finish within 0.5 s")
-    assert "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123" not in step.error
+    assert "ghp_aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A" not in step.error
     assert REDACTED in step.error
 
 

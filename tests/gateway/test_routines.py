@@ -17,6 +17,7 @@ from django.core.exceptions import ValidationError
 
 from chats.engines import register_engine
 from chats.engines.base import Decision, EngineInput, Fail
+from chats.engines.scripted import NO_MODEL
 from chats.gateway.forms import RoutineForm
 from chats.gateway.models import (
     OutboxMessage,
@@ -45,6 +46,9 @@ from tests.factories import ChatFactory, RoutineFactory
 UTC = dt.UTC
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
+
+# What a scripted persona with no script left answers (issue 14: it says how to connect a model).
+NO_SCRIPT_LEFT = NO_MODEL.format(persona="Conch")
 
 
 def at(zone, *parts) -> dt.datetime:
@@ -281,7 +285,7 @@ def test_the_history_says_how_each_run_ended(owner, agent):
     # The scripted persona with no script says so: a reply all the same.
     assert (done.state, done.result) == (
         RunState.COMPLETED,
-        "(The script has no more replies for this chat.)",
+        NO_SCRIPT_LEFT,
     )
     assert (failed.state, failed.reason) == (RunState.FAILED, "the model is down")
     assert done.ended_at is not None and failed.ended_at is not None
@@ -304,8 +308,7 @@ def test_a_runs_words_go_to_the_chat_of_yours_it_names_fenced(owner, agent):
     assert (note.role, note.kind) == (EntryRole.CONCH, EntryKind.NOTE)
     assert note.text == (
         f"[Conch: the routine Alerts ran; its run is chat {run.conversation.public_id}. "
-        "What it said:]\n<routine-result>\n(The script has no more replies for this chat.)\n"
-        "</routine-result>"
+        f"What it said:]\n<routine-result>\n{NO_SCRIPT_LEFT}\n</routine-result>"
     )
     assert note.data == {"routine": routine.public_id, "run": run.conversation.public_id}
 
@@ -344,7 +347,7 @@ def test_a_runs_words_go_to_a_chat_app_peer_through_the_outbox(owner, agent):
         {"chat_id": "42"},
         run.conversation_id,
     )
-    assert queued.text == "(The script has no more replies for this chat.)"
+    assert queued.text == NO_SCRIPT_LEFT
     assert origin_label(run.conversation) == "a routine"
 
 
