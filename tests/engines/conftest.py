@@ -23,7 +23,12 @@ def fake():
 def slept(monkeypatch) -> list[float]:
     """The backoff delays the engine asked for; nothing really sleeps."""
     delays: list[float] = []
-    monkeypatch.setattr(openai_compat, "_sleep", delays.append)
+
+    def pause(halt, seconds: float) -> bool:
+        delays.append(seconds)
+        return bool(halt and halt.is_set())
+
+    monkeypatch.setattr(openai_compat, "_pause", pause)
     return delays
 
 
