@@ -35,8 +35,10 @@ def slept(monkeypatch) -> list[float]:
 @pytest.fixture(autouse=True)
 def fresh_recaps():
     openai_compat._recaps.clear()
+    openai_compat._contexts.clear()
     yield
     openai_compat._recaps.clear()
+    openai_compat._contexts.clear()
 
 
 def use_model(agent, base_url: str, *, profile: str = "main-key", secret: str = MAIN_KEY, **config):
