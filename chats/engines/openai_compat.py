@@ -1015,6 +1015,8 @@ class _Watch:
         if name == "connection.connect_tcp.complete" and info.get("return_value") is not None:
             self.sock = info["return_value"].get_extra_info("socket")
             self.progress()
+            if self.halted or self.idle:  # stopped while it connected
+                self._cut()
 
     def progress(self) -> None:
         self.last = time.monotonic()

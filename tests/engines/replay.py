@@ -24,6 +24,7 @@ class Played:
     body: bytes
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
+    pace: float = 0.0  # seconds before each event of a stream (a slow model)
 
 
 def stream(name: str) -> Played:
@@ -49,6 +50,7 @@ class Replay:
         self.judge = judge  # may answer a request itself, as a server's own checks would
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.closed = threading.Event()
         replay = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -83,9 +85,21 @@ class Replay:
                 self.send_response(played.status)
                 for name, value in played.headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", str(len(played.body)))
+                if not played.pace:
+                    self.send_header("Content-Length", str(len(played.body)))
+                    self.end_headers()
+                    self.wfile.write(played.body)
+                    return
+                self.send_header("Connection", "close")
                 self.end_headers()
-                self.wfile.write(played.body)
+                self.wfile.flush()
+                for event in played.body.split(b"\n\n"):
+                    if replay.closed.wait(played.pace):
+                        return
+                    if event.strip():
+                        self.wfile.write(event + b"\n\n")
+                        self.wfile.flush()
+                self.close_connection = True
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -113,5 +127,6 @@ class Replay:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.closed.set()
         self.server.shutdown()
         self.server.server_close()

@@ -66,7 +66,9 @@ def test_a_reply_is_never_budgeted_past_the_servers_context(model_agent, pages, 
 
 
 def test_a_smaller_setting_than_the_servers_is_kept():
-    config = oc.ModelConfig(base_url="http://x/v1", model="m", context_tokens=1000, context_set=True)
+    config = oc.ModelConfig(
+        base_url="http://x/v1", model="m", context_tokens=1000, context_set=True
+    )
     assert config.fitted(4096).context_tokens == 1000
     unset = oc.ModelConfig(base_url="http://x/v1", model="m")
     assert unset.fitted(4096).context_tokens == 4096
