@@ -6,7 +6,8 @@ persona uses it with ``Agent.engine = "openai"`` and ``Agent.engine_config``::
     {"base_url": "http://127.0.0.1:11434/v1",  # required
      "model": "qwen2.5-coder:7b",               # required
      "auth_profile": "ollama",     # one of THIS persona's auth profiles: its secret is the API key
-     "context_tokens": 8192,       # the model's context size (default 8192)
+     "context_tokens": 8192,       # the model's context size (default: what its server says,
+                                   # else 8192; never more than the server says)
      "reserve_tokens": 1024,       # kept free for the answer (default: an eighth of the context)
      "timeout": 120, "retries": 3, "temperature": 0.2, "stream_every": 0.25}
 
@@ -56,9 +57,14 @@ fits, the reply fails and says so.
 
 Failures end the reply as failed, with a reason a person can read: an
 unreachable endpoint, a bad key, a rate limit, a malformed tool call, an
-unknown tool, context overflow. Transient ones (connection errors, timeouts,
-429, 5xx, an answer cut off mid-stream) are retried with exponential backoff,
-a bounded number of times. Nothing stored is lost: the engine never writes.
+unknown tool, context overflow, a template that refuses the messages. Transient
+ones (connection errors, timeouts, 429, 5xx, an answer cut off mid-stream, a
+chunk that isn't JSON) are retried with exponential backoff (tenacity), a
+bounded number of times, honouring ``retry-after-ms`` and ``retry-after``. A
+timeout is time without a chunk arriving, not the time a whole answer takes;
+Stop (``EngineInput.halt``) ends the wait for an answer and the pause between
+tries at once. An answer stopped at its length limit is never a completed
+reply. Nothing stored is lost: the engine never writes.
 """
 
 from __future__ import annotations

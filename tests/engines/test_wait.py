@@ -22,6 +22,21 @@ def ask(replay, halt=None, **config):
     )
 
 
+def halt_once_asked(replay):
+    """A Stop pressed once the server has the request: the engine is then waiting on it."""
+    halt = threading.Event()
+
+    def press():
+        deadline = time.monotonic() + 30
+        while not replay.completions and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        halt.set()
+
+    threading.Thread(target=press, daemon=True).start()
+    return halt
+
+
 @pytest.fixture
 def really_waits(monkeypatch):
     """The engine's own pause between tries, not the recorder the other tests use."""
@@ -46,22 +61,21 @@ def test_an_answer_that_stops_coming_is_timed_out(slept):
 
 
 def test_stop_ends_the_wait_for_an_answer_at_once():
-    held = Played(STREAM, headers={"Content-Type": "text/event-stream"}, pace=60)
-    halt = threading.Event()
-    threading.Timer(0.3, halt.set).start()
+    held = Played(STREAM, headers={"Content-Type": "text/event-stream"}, pace=20)
     with Replay(held) as replay:
+        halt = halt_once_asked(replay)
         started = time.monotonic()
         answer = ask(replay, halt=halt, timeout=120, retries=0)
         took = time.monotonic() - started
     assert answer.stopped
-    assert took < 10  # not the 60 s the server holds it, nor the 120 s timeout
+    assert len(replay.completions) == 1
+    assert took < 10  # not the 20 s a chunk the server holds it, nor the 120 s timeout
 
 
 def test_stop_ends_the_pause_between_tries(really_waits):
     busy = error("openai-429-rate-limit.json", 429, **{"retry-after": "60"})
-    halt = threading.Event()
-    threading.Timer(0.3, halt.set).start()
     with Replay(busy, busy) as replay:
+        halt = halt_once_asked(replay)
         started = time.monotonic()
         answer = ask(replay, halt=halt, retries=3)
         took = time.monotonic() - started
