@@ -7,7 +7,7 @@ in one answer) and breaks on demand: HTTP errors of each class and broken stream
 from __future__ import annotations
 
 import pytest
-from llmock.scenarios import Fail, Reply, StreamFault, ToolCall
+from llmock.scenarios import Fail, Match, Reply, StreamFault, ToolCall
 from llmock.testing import LLMockServer
 
 from chats.engines import openai_compat as oc
@@ -15,6 +15,9 @@ from chats.models import EntryRole, Step, TurnState
 from tests.engines.conftest import use_model
 from tests.engines.test_failures import run
 from tests.factories import ChatFactory
+
+# Only the completions: the engine also asks the server for the model's context size.
+CHAT = Match(path="*/chat/completions")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +43,7 @@ def said(chat):
 
 
 def test_a_plain_answer(model_agent, mock):
-    mock.state.scenarios.add(Reply(text="All done, nothing to change."))
+    mock.state.scenarios.add(Reply(text="All done, nothing to change.", match=CHAT))
     chat = chat_on(model_agent, mock)
     turn = run(chat)
     assert turn.state == TurnState.COMPLETED
@@ -55,9 +58,10 @@ def test_fragmented_parallel_tool_calls_are_played_in_turn(model_agent, mock, wo
             tool_calls=(
                 ToolCall("read_file", {"path": "README.md", "start": 1, "end": 40}),
                 ToolCall("read_file", {"path": "notes.txt"}),
-            )
+            ),
+            match=CHAT,
         ),
-        Reply(text="Read both."),
+        Reply(text="Read both.", match=CHAT),
     )
     chat = chat_on(model_agent, mock)
     turn = run(chat)
@@ -72,20 +76,38 @@ def test_fragmented_parallel_tool_calls_are_played_in_turn(model_agent, mock, wo
 @pytest.mark.parametrize(
     ("fail", "starts"),
     [
-        (Fail(401, message="Incorrect API key provided"), "The model at {url} refused the API key"),
-        (Fail(403, message="Forbidden"), "The model at {url} refused the API key (403)"),
-        (Fail(404, message="The model `m` does not exist"), "The model at {url} answered 404"),
+        (
+            Fail(401, message="Incorrect API key provided", match=CHAT),
+            "The model at {url} refused the API key",
+        ),
+        (
+            Fail(403, message="Forbidden", match=CHAT),
+            "The model at {url} refused the API key (403)",
+        ),
+        (
+            Fail(404, message="The model `m` does not exist", match=CHAT),
+            "The model at {url} answered 404",
+        ),
         (
             Fail(
                 400,
                 message="This model's maximum context length is 8192 tokens.",
                 code="context_length_exceeded",
+                match=CHAT,
             ),
             "The model at {url} says this reply no longer fits its context",
         ),
-        (Fail(400, message="Invalid 'messages'"), "The model at {url} refused the request (400)"),
         (
-            Fail(429, message="You exceeded your current quota", code="insufficient_quota"),
+            Fail(400, message="Invalid 'messages'", match=CHAT),
+            "The model at {url} refused the request (400)",
+        ),
+        (
+            Fail(
+                429,
+                message="You exceeded your current quota",
+                code="insufficient_quota",
+                match=CHAT,
+            ),
             "The model at {url} says the key is out of quota",
         ),
     ],
@@ -104,7 +126,9 @@ def test_each_error_that_trying_again_wont_mend_is_said_at_once(
 
 @pytest.mark.parametrize("status", [429, 500, 502, 503])
 def test_each_transient_error_is_tried_again(model_agent, mock, slept, status):
-    mock.state.scenarios.add(Fail(status, retry_after=3), Reply(text="Done."))
+    mock.state.scenarios.add(
+        Fail(status, retry_after=3, match=CHAT), Reply(text="Done.", match=CHAT)
+    )
     chat = chat_on(model_agent, mock)
     turn = run(chat)
     assert turn.state == TurnState.COMPLETED, turn.end_reason
@@ -113,7 +137,7 @@ def test_each_transient_error_is_tried_again(model_agent, mock, slept, status):
 
 
 def test_a_transient_error_that_lasts_ends_the_reply(model_agent, mock, slept):
-    mock.state.scenarios.add(Fail(503, message="overloaded", times=3))
+    mock.state.scenarios.add(Fail(503, message="overloaded", times=3, match=CHAT))
     chat = chat_on(model_agent, mock, retries=2)
     turn = run(chat)
     assert turn.state == TurnState.FAILED
@@ -128,9 +152,9 @@ def test_a_transient_error_that_lasts_ends_the_reply(model_agent, mock, slept):
 )
 def test_a_broken_stream_is_tried_again(model_agent, mock, slept, kind, reason):
     mock.state.scenarios.add(
-        Reply(text="The whole answer, at last."),
+        Reply(text="The whole answer, at last.", match=CHAT),
         StreamFault(kind, after_chunks=1),
-        Reply(text="The whole answer, at last."),
+        Reply(text="The whole answer, at last.", match=CHAT),
     )
     chat = chat_on(model_agent, mock)
     turn = run(chat)
