@@ -247,7 +247,36 @@ def commands_stop(*, reason: str, turn_id: int | None = None, worker: str | None
         ]
     for command in chosen:
         command.request_stop(reason)
+    with _lock:
+        halts = [
+            halt
+            for (turn, runner), halt in _waits
+            if (turn_id is None or turn == turn_id) and (worker is None or runner == worker)
+        ]
+    for halt in halts:
+        halt.set()
     return len(chosen)
+
+
+# The waits of model engines (a request, the pause between tries) for each turn and
+# runner: ``commands_stop`` ends them too, so a Stop or a shutdown is not slept through.
+_waits: list[tuple[tuple[int, str], threading.Event]] = []
+
+
+@contextmanager
+def wait_watched(*, turn_id: int, worker: str) -> Iterator[threading.Event]:
+    """An event that is set when the turn's commands are asked to stop (or its runner's)."""
+    halt = threading.Event()
+    entry = ((turn_id, worker), halt)
+    with _lock:
+        if worker in _stopping_workers:
+            halt.set()
+        _waits.append(entry)
+    try:
+        yield halt
+    finally:
+        with _lock:
+            _waits.remove(entry)
 
 
 def commands_running(*, turn_id: int | None = None) -> list[RunningCommand]:

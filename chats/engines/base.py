@@ -7,6 +7,7 @@ model engine reads its own persona's settings and key, nothing else.)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -49,6 +50,9 @@ class EngineInput:
     # Shows the reply's words so far in the page, live; returns False once the
     # reply was stopped, so a model engine can stop generating.
     on_text: Callable[[str], bool] | None = None
+    # Set once the reply is stopped: an engine waiting on a model (or between tries)
+    # stops waiting at once rather than at its next step.
+    halt: threading.Event | None = None
 
 
 @dataclass(frozen=True)

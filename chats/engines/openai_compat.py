@@ -6,7 +6,8 @@ persona uses it with ``Agent.engine = "openai"`` and ``Agent.engine_config``::
     {"base_url": "http://127.0.0.1:11434/v1",  # required
      "model": "qwen2.5-coder:7b",               # required
      "auth_profile": "ollama",     # one of THIS persona's auth profiles: its secret is the API key
-     "context_tokens": 8192,       # the model's context size (default 8192)
+     "context_tokens": 8192,       # the model's context size (default: what its server says,
+                                   # else 8192; never more than the server says)
      "reserve_tokens": 1024,       # kept free for the answer (default: an eighth of the context)
      "timeout": 120, "retries": 3, "temperature": 0.2, "stream_every": 0.25}
 
@@ -56,21 +57,30 @@ fits, the reply fails and says so.
 
 Failures end the reply as failed, with a reason a person can read: an
 unreachable endpoint, a bad key, a rate limit, a malformed tool call, an
-unknown tool, context overflow. Transient ones (connection errors, timeouts,
-429, 5xx, an answer cut off mid-stream) are retried with exponential backoff,
-a bounded number of times. Nothing stored is lost: the engine never writes.
+unknown tool, context overflow, a template that refuses the messages. Transient
+ones (connection errors, timeouts, 429, 5xx, an answer cut off mid-stream, a
+chunk that isn't JSON) are retried with exponential backoff (tenacity), a
+bounded number of times, honouring ``retry-after-ms`` and ``retry-after``. A
+timeout is time without a chunk arriving, not the time a whole answer takes;
+Stop (``EngineInput.halt``) ends the wait for an answer and the pause between
+tries at once. An answer stopped at its length limit is never a completed
+reply. Nothing stored is lost: the engine never writes.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import logging
 import re
+import socket
 import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -117,7 +127,10 @@ ERR_NO_PROFILE = "The persona “{agent}” has no auth profile called “{profi
 ERR_UNREACHABLE = (
     "Conch couldn't reach the model at {url} ({why}), after {tries}. Is the server running there?"
 )
-ERR_TIMEOUT = "The model at {url} didn't answer within {seconds:g} seconds, after {tries}."
+ERR_TIMEOUT = (
+    "The model at {url} sent nothing for {seconds:g} seconds (its timeout), after {tries}."
+)
+ERR_MALFORMED = "The model at {url} kept sending a chunk that isn't JSON ({why}), after {tries}."
 ERR_CUT_OFF = "The model at {url} kept breaking off mid-answer, after {tries}."
 ERR_BAD_KEY = (
     "The model at {url} refused the API key ({status}): check the auth profile “{profile}” "
@@ -138,6 +151,10 @@ ERR_NOT_FOUND = (
 )
 ERR_REFUSED = "The model at {url} refused the request ({status}): {words}"
 ERR_SERVER = "The model at {url} kept failing ({status}: {words}), after {tries}."
+ERR_SERVER_REFUSED = (
+    "The model at {url} can't take these messages ({status}: {words}). Its chat template "
+    "refused them; trying again would not help."
+)
 ERR_OVERFLOW = (
     "This reply no longer fits the model's context: it needs about {need} tokens and "
     "“{model}” has {have} (context_tokens). Start a fresh chat, or raise context_tokens "
@@ -147,6 +164,12 @@ ERR_OVERFLOW_SERVER = "The model at {url} says this reply no longer fits its con
 ERR_BAD_ARGS = "The model called {tool} with arguments that aren't a JSON object: {raw}"
 ERR_UNKNOWN_TOOL = "The model called a tool this chat isn't offered: {tool}."
 ERR_NO_ROOM = "The model ran out of room before it answered (it stopped at its length limit)."
+ERR_CUT_AT_LENGTH = (
+    "The model stopped at its length limit mid-answer: what it wrote so far is above, unfinished."
+)
+ERR_CALL_AT_LENGTH = (
+    "The model stopped at its length limit while writing a call to {tool}: the call was not run."
+)
 
 RECAP_FRAME = conch_note("the earlier part of this chat, summarized to fit the model's context:")
 FOREIGN_FRAME = conch_note("passed on by Conch; the person didn't write this:")
@@ -160,15 +183,16 @@ SUMMARY_SYSTEM = (
 )
 CONNECTION_PROMPT = "Reply with the single word: OK"
 
+# A 5xx that says the server's chat template refused the messages (llama.cpp's minja
+# raise_exception): the same request fails the same way every time.
+_DETERMINISTIC_WORDS = re.compile(
+    r"jinja|raise_exception|chat template|roles must alternate|template error", re.IGNORECASE
+)
 _OVERFLOW_WORDS = re.compile(
     r"context[ _](length|window|size)|maximum context|too many tokens|prompt is too long|"
     r"exceeds? (the )?(available )?context|n_ctx",
     re.IGNORECASE,
 )
-
-# How the engine waits between tries; the tests put a recorder here.
-_sleep: Callable[[float], None] = time.sleep
-
 
 # ---------------------------------------------------------------------------
 # Settings and the key
@@ -185,6 +209,19 @@ class ModelConfig:
     retries: int = 3
     temperature: float | None = None
     stream_every: float = 0.25
+    context_set: bool = False  # context_tokens was set by hand (else the server's is used)
+    reserve_set: bool = False
+
+    def fitted(self, server: int | None) -> ModelConfig:
+        """These settings within the context the server says the model has: never more."""
+        if not server:
+            return self
+        context = min(self.context_tokens, server) if self.context_set else server
+        context = max(256, context)
+        reserve = self.reserve_tokens if self.reserve_set else context // 8
+        return dataclasses.replace(
+            self, context_tokens=context, reserve_tokens=min(reserve, context - 128)
+        )
 
     @classmethod
     def of(cls, agent: Agent) -> ModelConfig:
@@ -231,6 +268,8 @@ class ModelConfig:
             ),
             temperature=number("temperature", None, 0, 2, float),
             stream_every=number("stream_every", 0.25, 0, 10, float),
+            context_set=config.get("context_tokens") not in (None, ""),
+            reserve_set=config.get("reserve_tokens") not in (None, ""),
         )
 
 
@@ -252,6 +291,93 @@ def api_key_for(agent: Agent, config: ModelConfig) -> str:
 
 
 # ---------------------------------------------------------------------------
+# The model's real context size, as its server says it
+#
+# - vLLM: ``GET /v1/models``, the model's ``max_model_len``.
+# - llama.cpp: ``GET /props``, ``default_generation_settings.n_ctx`` (a slot's share).
+# - Ollama: ``POST /api/show``: the ``num_ctx`` parameter if the model sets one; else
+#   the context of the loaded model (``GET /api/ps``); else the smallest default Ollama
+#   starts a model with (4096), never past the model's own ``*.context_length``. Ollama
+#   silently drops the oldest messages of a request longer than that.
+
+CONTEXT_KEPT = 300.0  # seconds a server's answer is kept
+OLLAMA_DEFAULT_CONTEXT = 4096
+_contexts: dict[tuple[str, str], tuple[float, int | None]] = {}
+_contexts_lock = threading.Lock()
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _vllm_context(http: Any, config: ModelConfig, root: str) -> int | None:
+    models = http.get(f"{config.base_url.rstrip('/')}/models").json().get("data") or []
+    for model in models:
+        if isinstance(model, dict) and model.get("id") == config.model:
+            return _positive(model.get("max_model_len"))
+    return None
+
+
+def _llamacpp_context(http: Any, config: ModelConfig, root: str) -> int | None:
+    props = http.get(f"{root}/props").json()
+    return _positive((props.get("default_generation_settings") or {}).get("n_ctx"))
+
+
+def _ollama_context(http: Any, config: ModelConfig, root: str) -> int | None:
+    response = http.post(f"{root}/api/show", json={"model": config.model})
+    if response.status_code != 200:
+        return None
+    shown = response.json()
+    for line in str(shown.get("parameters") or "").splitlines():
+        name, _, value = line.strip().partition(" ")
+        if name == "num_ctx" and value.strip().isdigit():
+            return _positive(int(value.strip()))
+    trained = next(
+        (
+            _positive(v)
+            for k, v in (shown.get("model_info") or {}).items()
+            if k.endswith(".context_length")
+        ),
+        None,
+    )
+    running = http.get(f"{root}/api/ps")
+    if running.status_code == 200:
+        for model in running.json().get("models") or []:
+            if config.model in (model.get("name"), model.get("model")):
+                loaded = _positive(model.get("context_length"))
+                if loaded:
+                    return loaded
+    if trained is None:
+        return None
+    return min(trained, OLLAMA_DEFAULT_CONTEXT)
+
+
+def server_context(config: ModelConfig, key: str) -> int | None:
+    """The model's context size as its server says it, or None where it doesn't say."""
+    import httpx
+
+    cache_key = (config.base_url, config.model)
+    with _contexts_lock:
+        kept = _contexts.get(cache_key)
+    if kept and time.monotonic() - kept[0] < CONTEXT_KEPT:
+        return kept[1]
+    root = re.sub(r"/v1/?$", "", config.base_url.rstrip("/"))
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    size = None
+    with httpx.Client(timeout=min(5.0, config.timeout), headers=headers) as http:
+        for probe in (_vllm_context, _llamacpp_context, _ollama_context):
+            try:
+                size = probe(http, config, root)
+            except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+                size = None
+            if size:
+                break
+    with _contexts_lock:
+        _contexts[cache_key] = (time.monotonic(), size)
+    return size
+
+
+# ---------------------------------------------------------------------------
 # The transcript as messages
 
 
@@ -269,7 +395,12 @@ def conch_framed(text: str) -> str:
 
 
 def tool_call_id(turn: int | None, step: int) -> str:
-    return f"call_{turn or 0}_{step}"
+    """The id a step's call is sent back under: nine letters or digits, the same every time.
+
+    Mistral's API and vLLM's ``--tokenizer-mode mistral`` refuse any other id
+    (mistral-common's ``ToolCall`` validates ``^[a-zA-Z0-9]{9}$``).
+    """
+    return hashlib.sha256(f"{turn or 0}:{step}".encode()).hexdigest()[:9]
 
 
 def _step_result(line: Line) -> str:
@@ -295,11 +426,19 @@ def split_replies(lines: Iterable[Line]) -> list[list[Line]]:
 class _Messages:
     """Builds Chat Completions messages from transcript lines, by the mapping above."""
 
-    def __init__(self, system_text: str | None, *, held: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        system_text: str | None,
+        *,
+        held: Sequence[str] = (),
+        carry: Carry | None = None,
+    ) -> None:
         self.out: list[dict[str, Any]] = []
         if system_text is not None:
             self.out.append({"role": "system", "content": system_text})
         self.held: list[str] = list(held)
+        self.carry = carry
+        self.carried = 0  # steps of the carry's reply seen so far
 
     def reply(self, lines: list[Line]) -> None:
         turn = lines[0].turn if lines else None
@@ -330,6 +469,21 @@ class _Messages:
         for line in rest:
             self.line(line)
 
+    def _carry_back(self, line: Line, message: dict[str, Any], call: dict[str, Any]) -> None:
+        """What the server asked to have back with its own calls, within the reply that made
+        them: DeepSeek's ``reasoning_content`` and Gemini's ``thought_signature``."""
+        if self.carry is None or line.turn != self.carry.turn:
+            return
+        index, self.carried = self.carried, self.carried + 1
+        if index >= len(self.carry.calls):
+            return
+        kept = self.carry.calls[index]
+        if kept.get("extra_content"):
+            call["extra_content"] = kept["extra_content"]
+        field_name = kept.get("reasoning_field")
+        if field_name and field_name not in message:
+            message[field_name] = kept.get("reasoning") or ""
+
     def line(self, line: Line) -> None:
         last = self.out[-1] if self.out else None
         if line.kind == EntryKind.CARD:
@@ -349,6 +503,7 @@ class _Messages:
                 last["tool_calls"] = [call]
             else:
                 self.out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            self._carry_back(line, self.out[-1], call)
             content = "\n\n".join([_step_result(line), *self.held])
             self.held = []
             self.out.append({"role": "tool", "tool_call_id": call["id"], "content": content})
@@ -377,14 +532,38 @@ class _Messages:
             self.held.append(text)
 
 
+@dataclass(frozen=True)
+class Carry:
+    """What goes back with the calls of the reply being written, in the order they were made:
+    each ``{"reasoning_field", "reasoning", "extra_content"}`` (see ``_carried``)."""
+
+    turn: int
+    calls: tuple[dict[str, Any], ...]
+
+
 def messages_for(
-    system_text: str, lines: Iterable[Line], *, recap: str = ""
+    system_text: str, lines: Iterable[Line], *, recap: str = "", carry: Carry | None = None
 ) -> list[dict[str, Any]]:
     """The request's messages for these transcript lines (see the module's mapping)."""
-    builder = _Messages(system_text, held=[passed_on(recap, RECAP_FRAME)] if recap else ())
+    builder = _Messages(
+        system_text, held=[passed_on(recap, RECAP_FRAME)] if recap else (), carry=carry
+    )
     for reply in split_replies(lines):
         builder.reply(reply)
-    return builder.out
+    return alternate(builder.out)
+
+
+def alternate(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two user messages in a row (a reply that failed before the model said anything) become
+    one: Gemma's and Mistral's chat templates raise "roles must alternate" otherwise."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        last = out[-1] if out else None
+        if last and last["role"] == message["role"] == "user":
+            out[-1] = {**last, "content": f"{last['content']}\n\n{message['content']}"}
+        else:
+            out.append(message)
+    return out
 
 
 def estimate_tokens(messages: Iterable[dict[str, Any]]) -> int:
@@ -447,6 +626,19 @@ def _recap(agent: Agent, key: str, lines: list[Line], limit: int) -> str:
 
 # ---------------------------------------------------------------------------
 # Talking to the endpoint
+#
+# Each server speaks its own dialect of the stream. What is read here, and why (the
+# recordings the tests replay are listed in tests/engines/recordings/SOURCES.md):
+# - Ollama sends each of several calls in its own chunk, every one at ``index: 0``
+#   with a fresh id: a fresh id at a taken index is a new call.
+# - vLLM's GLM parsers repeat the id, type and name in the final chunk: a name or
+#   id a call already has is not added again.
+# - Gemini's OpenAI endpoint sends argument fragments with no ``index``: a fragment
+#   with no index and no new id goes on the last call.
+# - LiteLLM may send the arguments as a JSON object rather than a string.
+# - Some servers think aloud inline (``<think>…</think>``); others in a field of
+#   their own (``reasoning_content``, ``reasoning``), which DeepSeek wants back with
+#   the calls it came with, as Gemini wants each call's ``extra_content``.
 
 
 @dataclass(frozen=True)
@@ -454,6 +646,7 @@ class AnswerCall:
     id: str
     name: str
     arguments: str
+    extra_content: dict[str, Any] | None = None
 
 
 @dataclass
@@ -462,6 +655,112 @@ class Answer:
     calls: list[AnswerCall] = field(default_factory=list)
     finish_reason: str | None = None
     stopped: bool = False
+    reasoning: str = ""
+    reasoning_field: str = ""  # the field the server thought aloud in, to send it back in
+
+
+@dataclass
+class _Slot:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+    extra_content: dict[str, Any] | None = None
+
+
+_THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def visible(text: str) -> str:
+    """The words without the model's inline thinking (``<think>…</think>``): a block that
+    closed, one still open at the end, and one whose opening tag was in the prompt."""
+    text = _THINKING.sub("", text)
+    if "</think>" in text:
+        text = text.rsplit("</think>", 1)[1]
+    opened = text.find("<think>")
+    return text if opened == -1 else text[:opened]
+
+
+class _Reading:
+    """A streamed answer's pieces, gathered whatever dialect the server speaks."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.reasoning_field = ""
+        self.slots: list[_Slot] = []
+        self.at: dict[int, _Slot] = {}
+        self.finish_reason: str | None = None
+
+    def take(self, chunk: Any) -> None:
+        if getattr(chunk, "object", None) == "error" or (
+            not getattr(chunk, "choices", None) and "message" in (chunk.model_extra or {})
+        ):
+            # vLLM's error in the stream, at the top level: {"object": "error", "message": …}
+            raise _StreamError(chunk.model_extra or {})
+        for choice in (getattr(chunk, "choices", None) or [])[:1]:
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                self._delta(delta)
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+
+    def _delta(self, delta: Any) -> None:
+        if isinstance(delta.content, str) and delta.content:
+            self.text.append(delta.content)
+        for name in REASONING_FIELDS:
+            piece = getattr(delta, name, None)
+            if isinstance(piece, str) and piece:
+                self.reasoning.append(piece)
+                self.reasoning_field = self.reasoning_field or name
+        for call in getattr(delta, "tool_calls", None) or ():
+            self._call(call)
+
+    def _call(self, call: Any) -> None:
+        function = getattr(call, "function", None)
+        name = (getattr(function, "name", None) or "") if function is not None else ""
+        arguments = getattr(function, "arguments", None) if function is not None else None
+        if arguments is not None and not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False)  # LiteLLM: an object
+        call_id = getattr(call, "id", None) or ""
+        slot = self._slot(getattr(call, "index", None), call_id, name)
+        slot.id = slot.id or call_id
+        slot.name = slot.name or name.strip()
+        if arguments:
+            slot.arguments.append(arguments)
+        extra = getattr(call, "extra_content", None)
+        if isinstance(extra, dict):
+            slot.extra_content = extra
+
+    def _slot(self, index: int | None, call_id: str, name: str) -> _Slot:
+        last = self.slots[-1] if self.slots else None
+        if index is None:
+            slot = last  # Gemini: a fragment with no index goes on the last call…
+        else:
+            slot = self.at.get(index)
+        new = slot is None or (
+            # … unless it is a new call: an id or a name other than the call's own (Ollama
+            # sends every call at index 0, each with a fresh id).
+            (call_id and slot.id and call_id != slot.id)
+            or (name.strip() and slot.name and name.strip() != slot.name)
+        )
+        if new:
+            slot = _Slot()
+            self.slots.append(slot)
+            if index is not None:
+                self.at[index] = slot
+        return slot
+
+    def answer(self) -> Answer:
+        return Answer(
+            text=visible("".join(self.text)).strip(),
+            calls=[
+                AnswerCall(s.id, s.name, "".join(s.arguments), s.extra_content) for s in self.slots
+            ],
+            finish_reason=self.finish_reason,
+            reasoning="".join(self.reasoning),
+            reasoning_field=self.reasoning_field,
+        )
 
 
 class _Retry(Exception):
@@ -470,18 +769,53 @@ class _Retry(Exception):
         self.retry_after = retry_after
 
 
+class _StreamError(Exception):
+    """An error the server sent inside the stream, in a shape the SDK doesn't raise for."""
+
+    def __init__(self, body: Any) -> None:
+        super().__init__("error in the stream")
+        self.body = body
+
+
+class _Halted(Exception):
+    """Stop was pressed while the engine waited."""
+
+
 def _tries(n: int) -> str:
     return "1 try" if n == 1 else f"{n} tries"
 
 
-def _server_words(exc: Exception, key: str) -> str:
-    body = getattr(exc, "body", None)
-    words = ""
+def _message_in(body: Any, depth: int = 0) -> str:
+    """The reason in an error body, whatever its shape: OpenAI's ``{"error": {"message"}}``,
+    vLLM's top-level ``{"object": "error", "message"}``, Gemini's list ``[{"error": …}]``,
+    a JSON text, or plain words."""
+    if depth > 4 or body is None:
+        return ""
+    if isinstance(body, str):
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return body
+        return _message_in(parsed, depth + 1) if not isinstance(parsed, str) else parsed
+    if isinstance(body, list):
+        return next((m for m in (_message_in(b, depth + 1) for b in body) if m), "")
     if isinstance(body, dict):
-        inner = body.get("error") if isinstance(body.get("error"), dict) else body
-        words = str(inner.get("message") or "")
-    elif isinstance(body, str):
-        words = body
+        for key in ("error", "message", "detail", "msg"):
+            if key in body:
+                found = _message_in(body[key], depth + 1)
+                if found:
+                    return found
+    return ""
+
+
+def _server_words(exc: Exception, key: str) -> str:
+    words = _message_in(getattr(exc, "body", None))
+    if not words:
+        response = getattr(exc, "response", None)
+        try:
+            words = _message_in(response.text) if response is not None else ""
+        except Exception:  # a streamed response that was never read
+            words = ""
     words = " ".join((words or getattr(exc, "message", "") or str(exc)).split())
     if key and len(key) >= 4:
         words = words.replace(key, "[redacted]")
@@ -489,12 +823,23 @@ def _server_words(exc: Exception, key: str) -> str:
 
 
 def _retry_after(exc: Exception) -> float | None:
+    """How long the server asks us to wait: ``retry-after-ms`` (OpenAI, Azure) first, then
+    ``retry-after`` in seconds or as a date (as openai-python's own client reads them)."""
     response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return min(RETRY_AFTER_CAP, max(0.0, float(value))) if value else None
-    except ValueError:
-        return None
+    headers = response.headers if response is not None else {}
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if not value:
+            continue
+        try:
+            seconds = float(value) / divisor
+        except ValueError:
+            try:
+                seconds = parsedate_to_datetime(value).timestamp() - time.time()
+            except (TypeError, ValueError):
+                continue
+        return min(RETRY_AFTER_CAP, max(0.0, seconds))
+    return None
 
 
 def _cause(exc: BaseException) -> str:
@@ -502,6 +847,15 @@ def _cause(exc: BaseException) -> str:
     words = str(cause) if cause else str(exc)
     words = re.sub(r"^\[Errno -?\d+\]\s*", "", words).strip()
     return words[:200] or "no answer"
+
+
+def _refused_param(exc: Exception, param: str) -> bool:
+    """Whether a 400 refuses this request parameter (o-series and gpt-5 refuse max_tokens)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and body.get("param") == param:
+        return True
+    words = _message_in(body) or str(exc)
+    return param in words and bool(re.search(r"unsupported|not supported", words, re.I))
 
 
 def _transient(
@@ -519,11 +873,14 @@ def _transient(
     if isinstance(exc, openai.APIConnectionError):
         return ERR_UNREACHABLE.format(url=url, why=_cause(exc), tries="{tries}"), None
     words = _server_words(exc, key)
+    code = str(getattr(exc, "code", "") or "")
+    # Checked before any status: a server that says the context is full says it the same
+    # way next time, whatever status it sends it with (llama.cpp used 500 for it).
+    if code == "context_length_exceeded" or _OVERFLOW_WORDS.search(words):
+        raise EngineError(ERR_OVERFLOW_SERVER.format(url=url, words=words))
     if not isinstance(exc, openai.APIStatusError):  # an error event inside the stream
-        if _OVERFLOW_WORDS.search(words):
-            raise EngineError(ERR_OVERFLOW_SERVER.format(url=url, words=words))
         raise EngineError(ERR_REFUSED.format(url=url, status="mid-answer", words=words))
-    status, code = exc.status_code, str(getattr(exc, "code", "") or "")
+    status = exc.status_code
     if status in (401, 403):
         template = ERR_BAD_KEY if key else ERR_NO_KEY
         raise EngineError(
@@ -533,14 +890,40 @@ def _transient(
         if code == "insufficient_quota" or "quota" in words.lower():
             raise EngineError(ERR_QUOTA.format(url=url, words=words))
         return ERR_RATE_LIMITED.format(url=url, tries="{tries}"), _retry_after(exc)
+    if status >= 500 and _DETERMINISTIC_WORDS.search(words):
+        # The server's chat template refused these messages: the same request fails the
+        # same way every time, so it is said at once.
+        raise EngineError(ERR_SERVER_REFUSED.format(url=url, status=status, words=words))
     if status >= 500 or status in (408, 409):
         reason = ERR_SERVER.format(url=url, status=status, words=words, tries="{tries}")
         return reason, _retry_after(exc)
-    if code == "context_length_exceeded" or _OVERFLOW_WORDS.search(words):
-        raise EngineError(ERR_OVERFLOW_SERVER.format(url=url, words=words))
     if status == 404:
         raise EngineError(ERR_NOT_FOUND.format(url=url, words=words, model=config.model))
     raise EngineError(ERR_REFUSED.format(url=url, status=status, words=words))
+
+
+def _pause(halt: threading.Event | None, seconds: float) -> bool:
+    """Wait ``seconds`` between tries, or until Stop; True if Stop came. The tests put a
+    recorder here."""
+    return (halt or threading.Event()).wait(seconds)
+
+
+class _Transient(Exception):
+    def __init__(self, reason: str, wait: float | None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait = wait
+
+
+def _backoff(state: Any) -> float:
+    exc = state.outcome.exception()
+    delay = min(BACKOFF_CAP, settings.CONCH_MODEL_BACKOFF * 2 ** (state.attempt_number - 1))
+    if isinstance(exc, _Transient) and exc.wait is not None:
+        delay = max(delay, exc.wait)
+    return delay
+
+
+TOKEN_LIMITS = ("max_tokens", "max_completion_tokens", None)
 
 
 def complete(
@@ -553,29 +936,122 @@ def complete(
     on_text: Callable[[str], bool] | None = None,
     max_tokens: int | None = None,
     retries: int | None = None,
+    halt: threading.Event | None = None,
 ) -> Answer:
     """One streamed completion, tried again with backoff while the failure is transient.
 
     Raises EngineError with a readable reason once it gives up, or at once for a
-    failure that trying again would not mend (a bad key, an unknown model…).
+    failure that trying again would not mend (a bad key, an unknown model…). The
+    waits between tries end at once when ``halt`` is set (Stop): the answer is then
+    ``stopped``.
     """
     import openai
+    from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
 
     retries = config.retries if retries is None else retries
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return _stream_once(config, key, messages, tools, on_text, max_tokens)
-        except (_Retry, openai.APIError) as exc:
-            reason, wait = _transient(exc, config, key, agent)
-        if attempt > retries:
-            raise EngineError(reason.replace("{tries}", _tries(attempt)))
-        delay = min(BACKOFF_CAP, settings.CONCH_MODEL_BACKOFF * 2 ** (attempt - 1))
-        if wait is not None:
-            delay = max(delay, wait)
-        log.info("%s Trying again in %.1f s.", reason.replace("{tries}", _tries(attempt)), delay)
-        _sleep(delay)
+    tries = 0
+    limits = list(TOKEN_LIMITS if max_tokens else (None,))
+
+    def once() -> Answer:
+        nonlocal tries
+        tries += 1
+        while True:
+            try:
+                return _stream_once(
+                    config, key, messages, tools, on_text, limits[0], max_tokens, halt
+                )
+            except openai.BadRequestError as exc:
+                if limits[0] and _refused_param(exc, limits[0]):
+                    limits.pop(0)  # o-series and gpt-5: max_completion_tokens, or none at all
+                    continue
+                reason, wait = _transient(exc, config, key, agent)
+            except (_Retry, _StreamError, openai.APIError) as exc:
+                if isinstance(exc, _StreamError):
+                    exc = openai.APIError("error in the stream", request=None, body=exc.body)  # type: ignore[arg-type]
+                reason, wait = _transient(exc, config, key, agent)
+            raise _Transient(reason, wait)
+
+    def sleep(seconds: float) -> None:
+        if _pause(halt, seconds):
+            raise _Halted
+
+    def say(state: Any) -> None:
+        exc = state.outcome.exception()
+        log.info(
+            "%s Trying again in %.1f s.",
+            exc.reason.replace("{tries}", _tries(state.attempt_number)),
+            state.upcoming_sleep,
+        )
+
+    try:
+        return Retrying(
+            retry=retry_if_exception_type(_Transient),
+            stop=stop_after_attempt(retries + 1),
+            wait=_backoff,
+            sleep=sleep,
+            before_sleep=say,
+            reraise=True,
+        )(once)
+    except _Transient as exc:
+        raise EngineError(exc.reason.replace("{tries}", _tries(tries))) from None
+    except _Halted:
+        return Answer(stopped=True)
+
+
+class _Watch:
+    """Ends a request that makes no progress for ``timeout`` seconds, or whose reply was
+    stopped, by shutting its socket: a read blocked on it returns at once.
+
+    Progress is a chunk of the answer arriving; the time a whole answer takes is not
+    limited.
+    """
+
+    def __init__(self, timeout: float, halt: threading.Event | None) -> None:
+        self.timeout = timeout
+        self.halt = halt
+        self.sock: socket.socket | None = None
+        self.last = time.monotonic()
+        self.idle = False
+        self.halted = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conch-model-watch", daemon=True)
+
+    def trace(self, name: str, info: dict[str, Any]) -> None:
+        """httpcore's trace: the connection's socket, once it is connected."""
+        if name == "connection.connect_tcp.complete" and info.get("return_value") is not None:
+            self.sock = info["return_value"].get_extra_info("socket")
+            self.progress()
+            if self.halted or self.idle:  # stopped while it connected
+                self._cut()
+
+    def progress(self) -> None:
+        self.last = time.monotonic()
+
+    def __enter__(self) -> _Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._done.wait(min(0.1, self.timeout / 4)):
+            if self.halt is not None and self.halt.is_set():
+                self.halted = True
+            elif time.monotonic() - self.last > self.timeout:
+                self.idle = True
+            else:
+                continue
+            self._cut()
+            return
+
+    def _cut(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def _stream_once(
@@ -584,8 +1060,11 @@ def _stream_once(
     messages: list[dict[str, Any]],
     tools: Sequence[dict[str, Any]],
     on_text: Callable[[str], bool] | None,
+    limit_field: str | None,
     max_tokens: int | None,
+    halt: threading.Event | None,
 ) -> Answer:
+    import httpx
     from openai import OpenAI
 
     params: dict[str, Any] = {"model": config.model, "messages": messages, "stream": True}
@@ -593,48 +1072,71 @@ def _stream_once(
         params["tools"] = list(tools)
     if config.temperature is not None:
         params["temperature"] = config.temperature
-    if max_tokens:
-        params["max_tokens"] = max_tokens
-    answer = Answer()
-    text: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
+    if max_tokens and limit_field:
+        params[limit_field] = max_tokens
+    reading = _Reading()
+    stopped = False
     last_push = 0.0
-    with OpenAI(
-        base_url=config.base_url,
-        api_key=key or NO_KEY,  # explicit, so the SDK never reaches for OPENAI_API_KEY
-        max_retries=0,  # Conch retries itself, with its own bounds and readable reasons
-        timeout=config.timeout,
-    ) as client:
-        stream = client.chat.completions.create(**params)
-        with stream:
-            for chunk in stream:
-                if not chunk.choices:
-                    continue
-                choice = chunk.choices[0]
-                delta = choice.delta
-                if delta is not None and delta.content:
-                    text.append(delta.content)
-                    now = time.monotonic()
-                    if on_text is not None and now - last_push >= config.stream_every:
-                        last_push = now
-                        if not on_text("".join(text)):
-                            answer.stopped = True
+    watch = _Watch(config.timeout, halt)
+
+    def traced(request: httpx.Request) -> None:
+        request.extensions["trace"] = watch.trace
+
+    # The read timeout is a backstop behind the watch, which measures chunks, not bytes.
+    timeout = httpx.Timeout(config.timeout + 5, connect=config.timeout)
+    try:
+        with (
+            watch,
+            httpx.Client(timeout=timeout, event_hooks={"request": [traced]}) as http,
+            OpenAI(
+                base_url=config.base_url,
+                api_key=key or NO_KEY,  # explicit, so the SDK never reaches for OPENAI_API_KEY
+                max_retries=0,  # Conch retries itself, with its own bounds and readable reasons
+                timeout=timeout,
+                http_client=http,
+            ) as client,
+        ):
+            stream = client.chat.completions.create(**params)
+            watch.progress()
+            with stream:
+                chunks = iter(stream)
+                while True:
+                    try:
+                        chunk = next(chunks)
+                    except StopIteration:
+                        break
+                    except ValueError as exc:  # a chunk that isn't JSON
+                        if watch.halted or watch.idle:
                             break
-                for call in (delta.tool_calls if delta is not None else None) or ():
-                    index = call.index if call.index is not None else len(calls)
-                    slot = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
-                    if call.id:
-                        slot["id"] = call.id
-                    if call.function is not None:
-                        slot["name"] += call.function.name or ""
-                        slot["arguments"] += call.function.arguments or ""
-                if choice.finish_reason:
-                    answer.finish_reason = choice.finish_reason
-    answer.text = "".join(text).strip()
-    answer.calls = [
-        AnswerCall(slot["id"], slot["name"].strip(), slot["arguments"])
-        for _, slot in sorted(calls.items())
-    ]
+                        raise _Retry(
+                            ERR_MALFORMED.format(
+                                url=config.base_url, why=str(exc)[:120], tries="{tries}"
+                            )
+                        ) from exc
+                    watch.progress()
+                    before = len(reading.text)
+                    reading.take(chunk)
+                    now = time.monotonic()
+                    if (
+                        on_text is not None
+                        and len(reading.text) > before
+                        and now - last_push >= config.stream_every
+                    ):
+                        last_push = now
+                        if not on_text(visible("".join(reading.text)).strip()):
+                            stopped = True
+                            break
+    except Exception:
+        if not (watch.halted or watch.idle):
+            raise
+    if watch.halted:
+        return Answer(stopped=True)
+    if watch.idle:
+        raise _Retry(
+            ERR_TIMEOUT.format(url=config.base_url, seconds=config.timeout, tries="{tries}")
+        )
+    answer = reading.answer()
+    answer.stopped = stopped
     if not answer.stopped and answer.finish_reason is None:
         # The stream ended with no finish_reason: the connection dropped mid-answer.
         raise _Retry(ERR_CUT_OFF.format(url=config.base_url, tries="{tries}"))
@@ -643,6 +1145,30 @@ def _stream_once(
 
 # ---------------------------------------------------------------------------
 # The engine
+
+
+# Gemini accepts this in place of a signature it did not give (its docs on thought
+# signatures): a call of several in one answer is sent back in a message of its own.
+GEMINI_NO_SIGNATURE = {"google": {"thought_signature": "skip_thought_signature_validator"}}
+
+
+def _carried(answer: Answer) -> list[dict[str, Any]]:
+    """For each call of the answer, what must go back with it in this reply's next requests:
+    the reasoning the answer came with (DeepSeek's thinking mode wants it back with each
+    assistant message of a tool loop; the first call's message carries it, the rest an
+    empty one) and the call's ``extra_content`` (Gemini 3's thought signature)."""
+    signed = any(call.extra_content for call in answer.calls)
+    kept = []
+    for i, call in enumerate(answer.calls):
+        item: dict[str, Any] = {}
+        if answer.reasoning_field:
+            item["reasoning_field"] = answer.reasoning_field
+            item["reasoning"] = answer.reasoning if i == 0 else ""
+        extra = call.extra_content or (GEMINI_NO_SIGNATURE if signed else None)
+        if extra:
+            item["extra_content"] = extra
+        kept.append(item)
+    return kept
 
 
 def _short(raw: str, limit: int = 120) -> str:
@@ -668,17 +1194,28 @@ class OpenAICompatEngine:
         agent = given.conversation.agent
         config = ModelConfig.of(agent)
         key = api_key_for(agent, config)
+        config = config.fitted(server_context(config, key))
         tools = [{"type": "function", "function": t.as_function_spec()} for t in given.tools]
         messages, state = self._fit(given, config, tools, state)
         answer = complete(
-            config, key, messages, agent=agent.slug, tools=tools, on_text=given.on_text
+            config,
+            key,
+            messages,
+            agent=agent.slug,
+            tools=tools,
+            on_text=given.on_text,
+            halt=given.halt,
         )
         if answer.stopped:
             return Decision(End(), state)  # stopped meanwhile: the runtime lets this go
 
         offered = {t.name for t in given.tools}
+        cut_short = answer.finish_reason == "length"
         actions: list[dict[str, Any]] = []
         for call in answer.calls:
+            if cut_short:  # its arguments may stop anywhere: it is never run
+                actions = [{"fail": ERR_CALL_AT_LENGTH.format(tool=_short(call.name, 60))}]
+                break
             if call.name not in offered:
                 actions = [{"fail": ERR_UNKNOWN_TOOL.format(tool=_short(call.name, 60))}]
                 break
@@ -691,10 +1228,13 @@ class OpenAICompatEngine:
                 actions = [{"fail": reason}]
                 break
             actions.append({"tool": call.name, "args": args})
+        if cut_short and not actions:
+            # Stopped at its length limit: never a completed reply, whatever it wrote.
+            actions = [{"fail": ERR_CUT_AT_LENGTH if answer.text else ERR_NO_ROOM}]
+        if actions and "tool" in actions[0]:
+            state["carry"] = [*state.get("carry", []), *_carried(answer)]
 
         if not actions:
-            if not answer.text and answer.finish_reason == "length":
-                return Decision(Fail(ERR_NO_ROOM), state)
             return Decision(End(answer.text), state)
         if answer.text:
             return Decision(Say(answer.text), {**state, "queue": actions})
@@ -713,13 +1253,14 @@ class OpenAICompatEngine:
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The messages for this request, within the context budget, and the state to keep."""
         lines = given.load_transcript()
+        carry = Carry(given.turn.number, tuple(state.get("carry") or ()))
         system = given.system_text
         fixed = (
             estimate_tokens([{"role": "system", "content": system}])
             + len(json.dumps(tools)) // CHARS_PER_TOKEN
             + config.reserve_tokens
         )
-        whole = messages_for(system, lines)
+        whole = messages_for(system, lines, carry=carry)
         if fixed + estimate_tokens(whole[1:]) <= config.context_tokens:
             return whole, {k: v for k, v in state.items() if k != "recap"}
 
@@ -744,7 +1285,7 @@ class OpenAICompatEngine:
             limit = min(LIMITS.summary_chars, recap_room * CHARS_PER_TOKEN)
             recap = _recap(given.conversation.agent, key, folded, limit)
         messages = messages_for(
-            system, [line for reply in replies[cut:] for line in reply], recap=recap
+            system, [line for reply in replies[cut:] for line in reply], recap=recap, carry=carry
         )
         need = fixed + estimate_tokens(messages[1:])
         if need > config.context_tokens:
@@ -765,8 +1306,9 @@ class ModelSummarizer:
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self.config = ModelConfig.of(agent)
-        self.key = api_key_for(agent, self.config)
+        config = ModelConfig.of(agent)
+        self.key = api_key_for(agent, config)
+        self.config = config.fitted(server_context(config, self.key))
 
     def summarize(self, lines: Iterable[SummaryLine], *, limit: int = LIMITS.summary_chars) -> str:
         budget = max(

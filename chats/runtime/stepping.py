@@ -8,14 +8,16 @@ a tool runs; what a step did is written under the chat's row lock after.
 from __future__ import annotations
 
 import logging
-import time
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from chats import events, hooks
+from chats import events, hooks, processes
 from chats.engines import engine_for
 from chats.engines.base import STEP, Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
 from chats.engines.scripted import validate_script
@@ -208,25 +210,27 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
     conversation = Conversation.objects.select_related("agent").get(pk=conversation.pk)
     turn.conversation = conversation
     engine_state = {**turn.engine_state, "started": True}
-    try:
-        engine = engine_for(conversation.agent)
-        decision = engine.next_action(
-            EngineInput(
-                conversation=conversation,
-                turn=turn,
-                system_text=system_text_for(conversation),
-                load_transcript=_transcript_loader(conversation),
-                notes=tuple(notes),
-                tools=tuple(tools_offered(conversation)),
-                state=engine_state,
-                on_text=_text_streamer(turn, worker),
+    with _halt_for(turn.pk, worker) as halt:
+        try:
+            engine = engine_for(conversation.agent)
+            decision = engine.next_action(
+                EngineInput(
+                    conversation=conversation,
+                    turn=turn,
+                    system_text=system_text_for(conversation),
+                    load_transcript=_transcript_loader(conversation),
+                    notes=tuple(notes),
+                    tools=tuple(tools_offered(conversation)),
+                    state=engine_state,
+                    on_text=_text_streamer(turn, worker),
+                    halt=halt,
+                )
             )
-        )
-    except EngineError as exc:
-        turn_end(turn=turn, state=TurnState.FAILED, reason=str(exc))
-        return Advance(False, "fail")
-    if decision.delay and honour_delays:
-        time.sleep(decision.delay)
+        except EngineError as exc:
+            turn_end(turn=turn, state=TurnState.FAILED, reason=str(exc))
+            return Advance(False, "fail")
+        if decision.delay and honour_delays:
+            halt.wait(decision.delay)  # a Stop ends the pause
     new_state = {**decision.state, "started": True}
     action = decision.action
 
@@ -288,6 +292,41 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
 def _uses_folder(tool: Tool) -> bool:
     """Whether a tool reads, writes or runs in the chat's folder."""
     return tool.family in (READING_FILES, EDITING_FILES, RUNNING_A_COMMAND)
+
+
+HALT_POLL = 1.0  # how often a wait looks whether another process stopped the reply
+
+
+@contextmanager
+def _halt_for(turn_pk: int, worker: str) -> Iterator[threading.Event]:
+    """The event an engine's waits end on: set by a Stop in this process at once (through
+    ``processes.commands_stop``), and by one in another process within HALT_POLL seconds."""
+    done = threading.Event()
+    with processes.wait_watched(turn_id=turn_pk, worker=worker) as halt:
+
+        def look() -> None:
+            try:
+                while not done.wait(HALT_POLL) and not halt.is_set():
+                    try:
+                        row = (
+                            Turn.objects.filter(pk=turn_pk)
+                            .values_list("state", "claimed_by")
+                            .first()
+                        )
+                    except DatabaseError:
+                        continue  # a blip must not end a reply: look again next time
+                    if row is not None and (row[0] != TurnState.RUNNING or row[1] != worker):
+                        halt.set()
+            finally:
+                connection.close()
+
+        watcher = threading.Thread(target=look, name="conch-halt", daemon=True)
+        watcher.start()
+        try:
+            yield halt
+        finally:
+            done.set()
+            watcher.join(timeout=5)
 
 
 def _still_mine(turn_pk: int, worker: str) -> bool:

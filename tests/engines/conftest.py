@@ -23,15 +23,22 @@ def fake():
 def slept(monkeypatch) -> list[float]:
     """The backoff delays the engine asked for; nothing really sleeps."""
     delays: list[float] = []
-    monkeypatch.setattr(openai_compat, "_sleep", delays.append)
+
+    def pause(halt, seconds: float) -> bool:
+        delays.append(seconds)
+        return bool(halt and halt.is_set())
+
+    monkeypatch.setattr(openai_compat, "_pause", pause)
     return delays
 
 
 @pytest.fixture(autouse=True)
 def fresh_recaps():
     openai_compat._recaps.clear()
+    openai_compat._contexts.clear()
     yield
     openai_compat._recaps.clear()
+    openai_compat._contexts.clear()
 
 
 def use_model(agent, base_url: str, *, profile: str = "main-key", secret: str = MAIN_KEY, **config):

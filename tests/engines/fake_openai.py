@@ -200,6 +200,10 @@ class FakeOpenAI:
                     body = json.loads(raw or b"{}")
                 except ValueError:
                     body = {"unparsed": raw.decode("utf-8", "replace")}
+                if not self.path.endswith("/chat/completions"):
+                    fake._record(self, body, take=False)
+                    self._json(404, {"error": {"message": "not found"}})
+                    return
                 response = fake._record(self, body, take=True)
                 if response is None:
                     self._json(500, {"error": {"message": "fake: no scripted response left"}})
