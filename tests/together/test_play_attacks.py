@@ -129,6 +129,11 @@ def test_item_7_a_busy_chat_reads_at_a_step_starts_no_reply_and_counts_none(repo
     assert msgs.ANSWER_AT_STEP_OR_NEW in to_busy and "starts now" not in to_busy
     assert msgs.ANSWER_NOW in to_idle
     assert [r["started_by"] for r in chats["busy"]["replies"]] == ["person"]
+    # Busy's model was given the message at a step of the reply it was already running.
+    (busy_reply,) = chats["busy"]["replies"]
+    given = [json.dumps(i["messages"], ensure_ascii=False) for i in busy_reply["inputs"]]
+    assert given[0].count("Use the short greeting.") == 0
+    assert given[-1].count("Use the short greeting.") == 1
     assert [r["started_by"] for r in chats["idle"]["replies"]] == ["message"]
     (chain,) = report["chains"]
     assert (chain["messages"], chain["replies_started"]) == (2, 1)
