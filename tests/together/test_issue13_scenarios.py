@@ -3,6 +3,10 @@
 - ``wait_killed_as_it_lets_go.json`` (item 8): the runner dies as a waiting reply lets go,
   and the chat waited for finishes before the reply is played again: the waiter hears how
   it ended once, and its model is given the other chat's last reply once;
+- ``message_read_as_runner_dies.json`` (item 8): the runner dies while a reply takes in
+  another chat's message (``cut: intake``), as a reply starts and at a busy reply's step:
+  after the restart the receiver's model is given the words once, and the sender's card
+  never says read while the words are nowhere;
 - ``taint_before_the_first_action.json`` (item 1): a page-reading chat's message starts a
   reply that passes it on; both hops' stop_chat ask the person first, the deploy runs on;
 - ``wait_cycle_of_three.json`` (item 2): a → b → c, and c's wait for a is refused;
@@ -26,6 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = (
     "wait_killed_as_it_lets_go",
+    "message_read_as_runner_dies",
     "taint_before_the_first_action",
     "wait_cycle_of_three",
     "wait_target_taken_by_someone_else",
@@ -73,6 +78,37 @@ def test_item_8_a_wait_cut_off_as_it_lets_go_answers_once(reports):
     last_input = json.dumps(waiter["replies"][0]["inputs"][-1]["messages"], ensure_ascii=False)
     assert last_input.count("Target finished.") == 1
     assert all(w["state"] != "waiting" for w in waiter["waits"])
+
+
+def test_item_8_a_message_taken_in_as_the_runner_dies_is_read_once_with_its_words(reports):
+    report = reports["message_read_as_runner_dies"]
+    kills = [(k["chat"], k["cut"], k["tick"]) for k in report["runner"]["kills"]]
+    assert kills == [("notes", "intake", 1), ("builder", "intake", 4)]
+    restarts = [r["tick"] for r in report["runner"]["restarts"]]
+    assert restarts == [2, 5]
+    chats = chats_of(report)
+    cases = (
+        ("coordinator", "notes", "Ship it on Friday: the build is green.", 2),
+        ("reporter", "builder", "Use the release branch, not main.", 5),
+    )
+    for sender, receiver, words, restart in cases:
+        (sent,) = chats[sender]["messages"]
+        (came,) = chats[receiver]["messages"]
+        assert (sent["side"], came["side"]) == ("to", "from")
+        for card in (sent, came):
+            assert (card["state"], card["read_in_reply"]) == ("read", 1), receiver
+            # Read when the restarted runner wrote its words, never at the tick it died.
+            assert [h["tick"] for h in card["history"] if h["state"] == "read"] == [restart]
+        (reply,) = chats[receiver]["replies"]
+        assert reply["state"] == "completed", receiver
+        # Exactly what the receiver's model was given: nothing of the message before it was
+        # read, its words exactly once in every input after.
+        after = [i for i in reply["inputs"] if i["tick"] >= restart]
+        assert after, receiver
+        for seen in reply["inputs"]:
+            count = json.dumps(seen["messages"], ensure_ascii=False).count(words)
+            assert count == (1 if seen["tick"] >= restart else 0), (receiver, seen["tick"])
+        assert sum(n["text"].count(words) for n in chats[receiver]["notes"]) == 1, receiver
 
 
 def test_item_1_each_hop_takes_in_the_taint_before_its_stop_chat(reports):

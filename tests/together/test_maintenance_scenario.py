@@ -41,6 +41,7 @@ def test_maintenance_ran_a_month_later_and_pruned_the_idle_session(report):
 
 
 def test_a_session_with_a_live_wait_is_kept_and_wakes_with_what_it_waited_for(report):
+    assert "c_waiter" not in report["deleted"]  # its live wait keeps it from being idle
     chats = {chat["name"]: chat for chat in report["chats"]}
     waiter = chats["waiter"]
     assert waiter["session_key"] == "agent:main:dm:telegram:waiter"

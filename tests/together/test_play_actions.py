@@ -193,7 +193,15 @@ BAD_ACTIONS = {
     ),
     "bad_cut": (
         [{"at": 1, "do": "kill", "chat": "a", "cut": "middle"}],
-        "actions[0].cut: input should be 'before' or 'after' (got 'middle').",
+        "actions[0].cut: input should be 'before', 'after' or 'intake' (got 'middle').",
+    ),
+    "cut_intake_is_one_word_in_lowercase": (
+        [{"at": 1, "do": "kill", "chat": "a", "cut": "Intake"}],
+        "actions[0].cut: input should be 'before', 'after' or 'intake' (got 'Intake').",
+    ),
+    "cut_on_an_action_that_is_no_kill": (
+        [{"at": 1, "do": "restart", "cut": "intake"}],
+        "actions[0]: unknown field 'cut'; expected at, do.",
     ),
     "clock_backwards": (
         [{"at": 1, "do": "clock", "by": -30}],
@@ -277,6 +285,8 @@ def test_well_formed_actions_read_back_the_same_from_what_the_child_is_given():
             {"at": 2, "do": "clock", "by": 30},
             {"at": 3, "do": "kill", "chat": "a", "cut": "before"},
             {"at": 4, "do": "restart"},
+            {"at": 4, "do": "kill", "chat": "a", "cut": "intake"},
+            {"at": 5, "do": "restart"},
             {"at": 5, "do": "approve", "chat": "a"},
             {"at": 5, "do": "deny", "chat": "a"},
             {"at": 6, "do": "mode", "chat": "a", "mode": "ask"},

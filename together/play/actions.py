@@ -8,8 +8,10 @@ group does, ``turns_recover`` and ``tasks_make_room`` as a runner does when it s
 
 A kill is what a crash leaves: the play's one runner holds the reply's claim and lease,
 the step it was in is written as started and never ended (``cut: before``: the tool never
-ran; ``after``: it ran, its result was never written), and nothing is played until a
-``restart``. The clock is the play's own (``time_machine``): it runs as the real one does
+ran; ``after``: it ran, its result was never written; ``intake``: the runner dies while the
+reply takes in what came to it, after every note provider ran and before their notes are
+written, raising out of the intake's transaction as a crash would), and nothing is played
+until a ``restart``. The clock is the play's own (``time_machine``): it runs as the real one does
 and moves forward at a ``clock`` action; sweeps (waits' 30-second look, the gateway's
 maintenance, ...) run when their period has passed on it, and all of them once when a
 runner starts, as a real runner's first loop runs them.
@@ -233,7 +235,10 @@ class PlayRunner:
         """Play one action of the reply with the runner dying in it (see the module)."""
         if not turn_claim_one(turn_id=turn_id, worker=worker):
             return
-        self.inputs.killing = (turn_id, cut)
+        if cut == CUT_INTAKE:
+            hooks.add_note_provider(_dies_at_intake)
+        else:
+            self.inputs.killing = (turn_id, cut)
         try:
             # An action that returns (words, a question) was written whole; the runner
             # dies before it lets the reply go, so its claim and lease stay.
@@ -241,9 +246,20 @@ class PlayRunner:
         except RunnerKilled:
             pass
         finally:
+            if _dies_at_intake in hooks.note_providers:
+                hooks.note_providers.remove(_dies_at_intake)
             self.inputs.killing = None
             self.inputs.restore()
         self.alive = False
+
+
+CUT_INTAKE = "intake"
+
+
+def _dies_at_intake(turn, at_start: bool) -> list:
+    """The last note provider while a ``cut: intake`` kill is armed: every intake before it
+    (messages marked read, taint carried) has run, and no note of theirs is written yet."""
+    raise RunnerKilled
 
 
 def action_do(

@@ -250,12 +250,13 @@ class Kill(OnAChat):
     """The runner dies during ``chat``'s action at this tick, as a crash would leave it.
 
     ``cut``: ``after`` (the default) the action's tool ran and its result was never
-    written; ``before`` its step was written and the tool never ran. Nothing plays
-    until a ``restart``.
+    written; ``before`` its step was written and the tool never ran; ``intake`` the
+    runner died while the reply took in what came to it (messages from other chats, the
+    reader's lines), before their notes were written. Nothing plays until a ``restart``.
     """
 
     do: Literal["kill"]
-    cut: Literal["before", "after"] = "after"
+    cut: Literal["before", "after", "intake"] = "after"
 
 
 class Restart(ActionBase):
