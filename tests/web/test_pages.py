@@ -299,6 +299,8 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
 
     assert sources == [
         "/static/conch.css",
+        "/static/words.css",
+        "/static/code.css",
         "/static/vendor/htmx-2.0.11.min.js",
         "/static/vendor/htmx-ext-ws-2.0.4.min.js",
         "/static/conch.js",
