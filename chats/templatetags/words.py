@@ -75,6 +75,8 @@ def tells_the_stop(block) -> bool:
     """Whether a reply's own lines already say it was stopped (the stop note, or its card)."""
     for item in block.items:
         data = getattr(item, "data", None)
-        if isinstance(data, dict) and (data.get("stopped_by") or data.get("card") == "chat.stopped"):
+        if isinstance(data, dict) and (
+            data.get("stopped_by") or data.get("card") == "chat.stopped"
+        ):
             return True
     return False
