@@ -5,7 +5,7 @@
   takes as HTML; the person's own words, and everything else, stay plain text
   under Django's autoescape.
 - Who spoke: "You", or the sender and the chat app a message came through.
-- What Conch wrote for the model (its ``[Conch: …]`` notes, a refusal's words)
+- What Conch wrote for the model (its framed notes, quoting.conch_note; a refusal's words)
   is told apart from what it says to the person.
 """
 
@@ -56,7 +56,7 @@ def who_spoke(block) -> str:
 
 @register.filter
 def for_the_model(item) -> bool:
-    """Whether a transcript line is Conch's note to the model (``[Conch: …]``)."""
+    """Whether a transcript line is Conch's framed note to the model (quoting.is_conch_note)."""
     return (
         getattr(item, "role", None) == EntryRole.CONCH
         and getattr(item, "kind", None) == EntryKind.NOTE
