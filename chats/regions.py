@@ -5,7 +5,9 @@ socket push all render the same named partials of ``workspace.html``. The
 views and the consumer call these functions; neither builds HTML itself.
 
 Everything here reads (through the selectors) and renders. Model text stays
-plain strings, so the template's autoescape covers it; nothing is marked safe.
+plain strings, so the template's autoescape covers it; the one exception is the
+assistant's words, which the ``markdown`` filter renders and nh3 cleans
+(chats/markdown.py). Nothing here is marked safe.
 """
 
 from __future__ import annotations

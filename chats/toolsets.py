@@ -22,6 +22,7 @@ from pathlib import Path
 from django.conf import settings
 
 from chats.models import Agent, Conversation, Origin, Taint
+from chats.refusals import NO_FOLDER_OF_ITS_OWN, NOT_IN_SET
 
 OWNERS = "owner"
 STRANGERS = "strangers"
@@ -33,15 +34,8 @@ WHY_OWNERS = "your own chat: the persona's tools for you"
 WHY_STRANGERS = "someone else's words are in this chat: the persona's tools for other people"
 WORDS_ONLY = "answers in words only"
 
-ERR_NOT_IN_SET = (
-    "The tool {tool!r} isn't offered to this chat: someone else's words are in it, and "
-    "the persona {persona!r} doesn't give {tool!r} to chats with other people."
-)
-ERR_NO_FOLDER_OF_ITS_OWN = (
-    "The tool {tool!r} can't run here: chats with other people work only in the persona's "
-    "own folder, and {persona!r} works in your default workspace ({folder}). Give the persona "
-    "a folder of its own in the admin first."
-)
+ERR_NOT_IN_SET = NOT_IN_SET.model
+ERR_NO_FOLDER_OF_ITS_OWN = NO_FOLDER_OF_ITS_OWN.model
 
 
 @dataclass(frozen=True)

@@ -463,7 +463,12 @@ def _take_in(
         Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
         return ("reset_pending" if pending else "reset"), chat
 
-    sent = message_send(conversation=chat, text=_message_text(inbound, text))
+    said_by = (
+        {"name": speaker(inbound), "app": inbound.channel}
+        if inbound.chat_type != ChatType.CRON
+        else None
+    )
+    sent = message_send(conversation=chat, text=_message_text(inbound, text), said_by=said_by)
     Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
     if pending:
         return "reset_pending", chat

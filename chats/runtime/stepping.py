@@ -34,6 +34,7 @@ from chats.models import (
     TurnState,
 )
 from chats.quoting import known_secrets, scrub_secrets
+from chats.refusals import NOT_OFFERED, SAID_NO
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import (
     ERR_COMMAND_REPLY_ENDED,
@@ -344,7 +345,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
         if refused:
             raise ToolError(refused)
         if tool not in tools_offered(conversation):
-            raise ToolError(f"The tool {call.tool!r} isn't offered to this chat.")
+            raise ToolError(NOT_OFFERED.for_model(tool=call.tool))
         args = validate_args(tool, call.args)
     except ToolError as exc:
         _record_refused_step(turn, worker, call, str(exc), new_state)
@@ -389,7 +390,7 @@ def _play_answered(turn: Turn, worker: str, pending: dict[str, Any]) -> Advance:
             turn,
             worker,
             ToolCall(tool.name, pending["raw_args"]),
-            "The person said no to this.",
+            SAID_NO.for_model(),
             state_after,
             clear_pending=True,
         )

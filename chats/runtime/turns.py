@@ -93,10 +93,14 @@ def conversation_delete(*, conversation: Conversation) -> None:
 # Starting replies
 
 
-def message_send(*, conversation: Conversation, text: str) -> Turn | QueuedInput:
+def message_send(
+    *, conversation: Conversation, text: str, said_by: dict[str, str] | None = None
+) -> Turn | QueuedInput:
     """The person's message: it starts a reply, or waits for the running one to end.
 
     A message during a running reply is queued for the next, never lost.
+    ``said_by`` (``{"name": "alice", "app": "telegram"}``) is who wrote it on a chat
+    app, kept on its entry for the page; the owner's own messages have none.
     """
     text = (text or "").strip()
     if not text:
@@ -108,8 +112,11 @@ def message_send(*, conversation: Conversation, text: str) -> Turn | QueuedInput
             events.publish_chat(conversation, queued=True)
             return queued
         # Messages still queued (their reply was stopped) go first, so none is lost.
-        text = "\n\n".join([*queued_inputs_take(conversation=conversation), text])
-        return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text)
+        earlier = queued_inputs_take(conversation=conversation)
+        text = "\n\n".join([*earlier, text])
+        # Words that waited may be someone else's: the page names a sender only when one wrote it all.
+        data = {"said_by": said_by} if said_by and not earlier else None
+        return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text, data=data)
 
 
 def turn_start(

@@ -23,11 +23,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Text:
-    """An answer in words, streamed in ``pieces`` chunks."""
+    """An answer in words, streamed in ``pieces`` chunks.
+
+    With a ``gate``, the stream stops after ``gate_after`` pieces until the test
+    sets it: what a page shows of a reply half written can be looked at.
+    """
 
     text: str
     pieces: int = 3
     finish_reason: str = "stop"
+    gate: threading.Event | None = field(default=None, compare=False)
+    gate_after: int = 0
 
 
 @dataclass(frozen=True)
@@ -227,8 +233,12 @@ class FakeOpenAI:
                     return
                 if body.get("stream"):
                     self._start_stream()
-                    for chunk in stream_chunks(response):
+                    for index, chunk in enumerate(stream_chunks(response)):
                         self._event(chunk)
+                        gate = getattr(response, "gate", None)
+                        if gate is not None and index == response.gate_after:
+                            self.wfile.flush()
+                            gate.wait(30)
                     self.wfile.write(b"data: [DONE]\n\n")
                     self.wfile.flush()
                     self.close_connection = True

