@@ -70,6 +70,16 @@ def _page(
     return render(request, regions.PAGE, context, status=status)
 
 
+def page_with(
+    request: HttpRequest, *, main: str, skip_to: str, status: int = 200, **extra
+) -> HttpResponse:
+    """The workspace with another view in its main column (``main``, a template): the
+    archived chats, a search's results. The sidebar and its socket are the page's own."""
+    context = regions.page_context(owner_id=request.user.pk)
+    context.update(main=main, skip_to=skip_to, **extra)
+    return render(request, regions.PAGE, context, status=status)
+
+
 def respond_done(request: HttpRequest, chat: Conversation) -> HttpResponse:
     """After an action: the fresh regions under HTMX, otherwise back to the chat."""
     if request.htmx:
@@ -127,6 +137,16 @@ def chat_list(request: HttpRequest) -> HttpResponse:
     if not request.htmx:
         return redirect("chats:home")
     return HttpResponse(regions.render_list_bundle(owner_id=request.user.pk))
+
+
+@login_required
+@require_GET
+def archived(request: HttpRequest) -> HttpResponse:
+    """The archived chats, which the sidebar leaves out, each with Unarchive."""
+    rows = selectors.chat_archived_rows(owner_id=request.user.pk)
+    return page_with(
+        request, main="find/archived.html", skip_to="the archived chats", archived_rows=rows
+    )
 
 
 @login_required
