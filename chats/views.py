@@ -293,6 +293,9 @@ def signin(request: HttpRequest) -> HttpResponse:
 def signin_token(request: HttpRequest, token: str) -> HttpResponse:
     user = signin_token_redeem(token=token)
     if user is None:
+        if request.user.is_authenticated:
+            # A used link opened again (from history, a bookmark): you're in already.
+            return redirect("chats:home")
         return render(request, "signin.html", {"failed": True}, status=403)
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     return redirect("chats:home")
