@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chats import regions
+from chats.demo import demo_start_pending
 from chats.forms import NewChatForm
 from chats.models import Conversation
 from chats.runtime import selectors
@@ -120,12 +121,14 @@ def respond_refused(
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
+    demo_start_pending()  # the demo's replies start as you first look
     return _page(request)
 
 
 @login_required
 @require_GET
 def chat_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+    demo_start_pending()
     chat = get_chat_for_user(request, public_id)
     return _page(request, chat=chat)
 

@@ -127,7 +127,7 @@ class Command(BaseCommand):
 
     def _demo(self) -> None:
         if "conch_demo" in get_commands():
-            call_command("conch_demo")
+            call_command("conch_demo", serving=True)
             self.stdout.write("Demo chats loaded.")
         else:
             self.stdout.write(
