@@ -195,6 +195,3 @@ def demo_start_pending() -> list[Conversation]:
         message_send(conversation=chat, text=messages[chat.public_id])
         started.append(chat)
     return started
-
-
-

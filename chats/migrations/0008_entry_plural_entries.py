@@ -4,14 +4,13 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('chats', '0007_agent_stranger_tools'),
+        ("chats", "0007_agent_stranger_tools"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='entry',
-            options={'ordering': ['conversation_id', 'seq'], 'verbose_name_plural': 'entries'},
+            name="entry",
+            options={"ordering": ["conversation_id", "seq"], "verbose_name_plural": "entries"},
         ),
     ]

@@ -48,7 +48,9 @@ def test_a_page_says_it_is_offline_keeps_what_was_typed_and_recovers(
     # at teardown): the browser logs the refused socket and htmx its error event.
     console.allow(r"ERR_CONNECTION_REFUSED")
     console.allow(r"console.error: \[object Event\] \(.*/htmx-2\.0\.11\.min\.js")
-    console.allow(r"htmx:(sendError|afterRequest), \[object HTMLFormElement\]")  # the send while offline
+    console.allow(
+        r"htmx:(sendError|afterRequest), \[object HTMLFormElement\]"
+    )  # the send while offline
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
     page = tab.page
     sign_in(tab, short_lived_server)

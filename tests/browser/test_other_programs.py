@@ -103,8 +103,8 @@ def test_a_page_on_another_loopback_port_cannot_open_the_socket(
 ):
     # The hostile page's own console: the refused handshake is the point, and its
     # little server has no icon.
-    console.allow(r"Unexpected response code: 403 \(http://127\.0\.0\.1:%d/" % hostile_site.port)
-    console.allow(r"404 \(Not Found\) \(http://127\.0\.0\.1:%d/favicon\.ico" % hostile_site.port)
+    console.allow(rf"Unexpected response code: 403 \(http://127\.0\.0\.1:{hostile_site.port}/")
+    console.allow(rf"404 \(Not Found\) \(http://127\.0\.0\.1:{hostile_site.port}/favicon\.ico")
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Plans")
     sign_in(tab)
     open_chat(tab, conch_server, chat)

@@ -36,9 +36,7 @@ def test_a_used_link_opened_while_signed_in_goes_to_the_workspace(
     expect(page.get_by_role("alert")).to_contain_text("Run conch signin for a new one")
 
 
-def test_conch_signin_prints_a_fresh_link_the_running_server_takes(
-    tab, conch_server, owner, agent
-):
+def test_conch_signin_prints_a_fresh_link_the_running_server_takes(tab, conch_server, owner, agent):
     out = io.StringIO()
     call_command("signin", "--url", conch_server.url, stdout=out)
     link = re.search(r"http://\S+/signin/\S+/", out.getvalue()).group(0)

@@ -7,8 +7,8 @@ import io
 from django.core.management import call_command
 from django.test import Client
 
-from chats.engines.scripted import validate_script
 from chats.demo import demo_start_pending
+from chats.engines.scripted import validate_script
 from chats.management.commands.conch_demo import DEMO_FILES, demo_chats
 from chats.models import Conversation, Turn, TurnState
 from chats.runtime.runner import drain
@@ -50,9 +50,7 @@ def test_serve_demo_does_not_tell_you_to_run_conch_serve(owner, agent, settings,
     assert "conch serve" not in out.getvalue()
 
 
-def test_running_the_demo_twice_does_not_duplicate_it(
-    owner, agent, workspace, settings, tmp_path
-):
+def test_running_the_demo_twice_does_not_duplicate_it(owner, agent, workspace, settings, tmp_path):
     settings.CONCH_HOME = tmp_path
     call_command("conch_demo", stdout=io.StringIO())
     demo_start_pending()
