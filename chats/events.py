@@ -47,16 +47,21 @@ EVENT_TYPES: set[str] = {
 }
 # Those that change only a card in a chat's transcript: a page redraws that transcript.
 CARD_EVENT_TYPES: set[str] = set()
+# Card events that can also change what the chat's row says is held for you ("1 held").
+ROW_CARD_EVENT_TYPES: set[str] = set()
 
 
-def event_type_add(event_type: str, *, card: bool = False) -> None:
+def event_type_add(event_type: str, *, card: bool = False, row: bool = False) -> None:
     """Let :func:`publish` take an app's own event type (``together``'s ``chats.listed``).
 
     ``card``: the event changes only a card in its chat's transcript, not the chat's row.
+    ``row``: a card event that can change the chat's row too (what it holds for the person).
     """
     EVENT_TYPES.add(event_type)
     if card:
         CARD_EVENT_TYPES.add(event_type)
+        if row:
+            ROW_CARD_EVENT_TYPES.add(event_type)
 
 
 @dataclass(frozen=True)

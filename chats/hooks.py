@@ -18,6 +18,8 @@ Kept here:
 - :func:`register_sweep`: a periodic job for every runner (``chats.runtime.runner``).
 - :func:`add_in_use_check`: which of some chats hold something live of an app's (a wait),
   so maintenance never prunes them (``chats.gateway.maintenance``).
+- :func:`add_held_counter`: how many things an app holds for the person in each of some
+  chats (a message held for you): the chat list's "1 held", counted as needing you.
 
 Kept beside what they register, and named here:
 
@@ -58,6 +60,7 @@ __all__ = [
     "register_summarizer",
     "register_sweep",
     "add_in_use_check",
+    "add_held_counter",
     "register_tool",
     "subscribe",
 ]
@@ -92,6 +95,9 @@ sweeps: list[Sweep] = []
 # Of these chats' pks, the ones in use by an app (a live wait): never idle, never pruned.
 InUseCheck = Callable[[list[int]], set[int]]
 in_use_checks: list[InUseCheck] = []
+# Of these chats' pks, how many things each holds for the person: {pk: count}, zeros left out.
+HeldCounter = Callable[[list[int]], Mapping[int, int]]
+held_counters: list[HeldCounter] = []
 
 
 def add_note_provider(provider: NoteProvider) -> None:
@@ -126,6 +132,22 @@ def add_in_use_check(check: InUseCheck) -> None:
     a number of queries that doesn't grow with ``pks``."""
     if check not in in_use_checks:
         in_use_checks.append(check)
+
+
+def add_held_counter(counter: HeldCounter) -> None:
+    """``counter(pks)`` returns ``{pk: n}`` for the chats among ``pks`` with ``n`` things held
+    for the person, in a number of queries that doesn't grow with ``pks``."""
+    if counter not in held_counters:
+        held_counters.append(counter)
+
+
+def held_for_you(pks: list[int]) -> dict[int, int]:
+    """What every app holds for the person in each of these chats, added up."""
+    totals: dict[int, int] = {}
+    for counter in held_counters:
+        for pk, count in counter(pks).items():
+            totals[pk] = totals.get(pk, 0) + count
+    return totals
 
 
 def register_sweep(name: str, every: float, run: Callable[[], object]) -> None:

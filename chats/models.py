@@ -301,6 +301,7 @@ class Entry(models.Model):
     card: Any  # what chats.cards.cards_load shows for a card entry on the page; not stored
 
     class Meta:
+        verbose_name_plural = "entries"
         ordering = ["conversation_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["conversation", "seq"], name="entry_seq_per_chat")

@@ -12,13 +12,13 @@ assistant's words, which the ``markdown`` filter renders and nh3 cleans
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from django.template.loader import render_to_string
 
-from chats import cards, events
+from chats import cards, events, hooks
 from chats.models import Conversation, Inbound, Mode, Status, Turn, TurnState
 from chats.runtime import selectors
 from chats.tools.registry import THINKING
@@ -37,6 +37,8 @@ SHOWN_EVENTS = frozenset(
     }
 )
 # Events after which the list's order or membership may change: push the whole list.
+# So may any event whose data says ``list`` (a new chat, one archived or brought back):
+# a row is pushed alone only when every page's list already has it, so no swap misses.
 LIST_EVENTS = frozenset({events.STATUS, events.CONVERSATION_DELETED})
 
 
@@ -80,10 +82,19 @@ def chat_badge(conversation: Conversation, open_turn: Turn | None) -> Badge:
 # Contexts
 
 
+def with_held(rows: list[selectors.ChatSnapshot]) -> list[selectors.ChatSnapshot]:
+    """The rows, each with what is held for the person in it ("1 held"): one query per app."""
+    held = hooks.held_for_you([row.pk for row in rows]) if rows else {}
+    return [replace(row, held=held[row.pk]) if row.pk in held else row for row in rows]
+
+
 def list_context(*, owner_id: int, current_chat_id: str | None = None) -> dict[str, Any]:
+    rows = with_held(selectors.chat_list_rows(owner_id=owner_id))
     return {
-        "rows": selectors.chat_list_rows(owner_id=owner_id),
+        "rows": rows,
         "current_chat_id": current_chat_id,
+        # The tab's title counts these, "(2) Conch"; conch.js recounts the rows after a push.
+        "needs_count": sum(1 for row in rows if row.needs_you),
     }
 
 
@@ -192,7 +203,10 @@ def render_event(
         return "\n".join(parts)
     if event in events.CARD_EVENT_TYPES:
         # A card changed (a look at the other chats, a message's state): only the
-        # transcript of the tab showing that chat; its row is as it was.
+        # transcript of the tab showing that chat, and the chat's row if the event
+        # can change what it holds for the person ("1 held").
+        if conversation_id and event in events.ROW_CARD_EVENT_TYPES:
+            parts.append(_row_or_list(owner_id, conversation_id, showing))
         if conversation_id and showing == conversation_id:
             conversation = _owned_chat(owner_id, conversation_id)
             if conversation is not None:
@@ -201,15 +215,10 @@ def render_event(
         return "\n".join(parts)
     if event not in SHOWN_EVENTS or not conversation_id:
         return "\n".join(parts)
-    if event in LIST_EVENTS:
+    if event in LIST_EVENTS or (data or {}).get("list"):
         parts.append(render_list_bundle(owner_id=owner_id, current_chat_id=showing))
     else:
-        row = selectors.chat_row(owner_id=owner_id, public_id=conversation_id)
-        if row is None or not selectors.row_is_listed(row):
-            parts.append(render_region("row-gone", {"row_id": conversation_id, "oob": True}))
-        else:
-            context = {"row": row, "current_chat_id": showing, "row_oob": True}
-            parts.append(render_region("chat-row", context))
+        parts.append(_row_or_list(owner_id, conversation_id, showing))
     if showing == conversation_id:
         conversation = _owned_chat(owner_id, conversation_id)
         if conversation is None:
@@ -218,3 +227,13 @@ def render_event(
             context = {**chat_context(conversation=conversation), "oob": True}
             parts.extend(render_region(name, context) for name in CHAT_REGIONS)
     return "\n".join(parts)
+
+
+def _row_or_list(owner_id: int, conversation_id: str, showing: str | None) -> str:
+    """One chat's sidebar row; the whole list if the row isn't listed (any more), since
+    a page may or may not still have it and an out-of-band swap must find its target."""
+    row = selectors.chat_row(owner_id=owner_id, public_id=conversation_id)
+    if row is None or not selectors.row_is_listed(row):
+        return render_list_bundle(owner_id=owner_id, current_chat_id=showing)
+    context = {"row": with_held([row])[0], "current_chat_id": showing, "row_oob": True}
+    return render_region("chat-row", context)

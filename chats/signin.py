@@ -1,4 +1,9 @@
-"""The owner account and the one-time sign-in link `conch serve` prints."""
+"""The owner account and the one-time sign-in link `conch serve` (and `conch signin`) prints.
+
+``conch serve`` notes the address it listens on in ``CONCH_HOME/server-url``,
+so ``conch signin`` can print a fresh link for the running server: it writes
+a new token to the same database, and the server needs no restart.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -14,6 +20,27 @@ from chats.models import SignInToken
 
 OWNER_USERNAME = "owner"
 TOKEN_LIFETIME = timedelta(hours=12)
+SERVER_URL_FILE = "server-url"
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+def server_url_note(base: str) -> None:
+    """Where the running server listens, for ``conch signin`` (``conch serve`` calls this)."""
+    (settings.CONCH_HOME / SERVER_URL_FILE).write_text(base + "\n", encoding="utf-8")
+
+
+def server_url() -> str:
+    """The address ``conch serve`` last noted, or Conch's default one."""
+    try:
+        noted = (settings.CONCH_HOME / SERVER_URL_FILE).read_text(encoding="utf-8").strip()
+    except OSError:
+        return DEFAULT_URL
+    return noted if noted.startswith("http://") else DEFAULT_URL
+
+
+def signin_url(*, user, base: str | None = None) -> str:
+    """A fresh one-time sign-in link for ``user``, at ``base`` (the running server's address)."""
+    return f"{(base or server_url()).rstrip('/')}/signin/{signin_link_create(user=user)}/"
 
 
 def _digest(token: str) -> str:

@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("chats/", views.chat_list, name="chat-list"),
     path("chats/new/", views.chat_create, name="chat-create"),
+    path("chats/archived/", views.archived, name="archived"),
     path("c/<str:public_id>/", views.chat_detail, name="chat"),
     path("c/<str:public_id>/regions/", views.chat_regions, name="chat-regions"),
     path("c/<str:public_id>/send/", views.chat_send, name="chat-send"),

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from chats import regions
+from chats.demo import demo_start_pending
 from chats.engines.discovery import servers_find, usual_ports
 from chats.forms import ConnectModelForm, NewChatForm
 from chats.models import Conversation
@@ -79,6 +80,16 @@ def _page(
     return render(request, regions.PAGE, context, status=status)
 
 
+def page_with(
+    request: HttpRequest, *, main: str, skip_to: str, status: int = 200, **extra
+) -> HttpResponse:
+    """The workspace with another view in its main column (``main``, a template): the
+    archived chats, a search's results. The sidebar and its socket are the page's own."""
+    context = regions.page_context(owner_id=request.user.pk)
+    context.update(main=main, skip_to=skip_to, **extra)
+    return render(request, regions.PAGE, context, status=status)
+
+
 def respond_done(request: HttpRequest, chat: Conversation) -> HttpResponse:
     """After an action: the fresh regions under HTMX, otherwise back to the chat."""
     if request.htmx:
@@ -119,12 +130,14 @@ def respond_refused(
 @login_required
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
+    demo_start_pending()  # the demo's replies start as you first look
     return _page(request)
 
 
 @login_required
 @require_GET
 def chat_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+    demo_start_pending()
     chat = get_chat_for_user(request, public_id)
     return _page(request, chat=chat)
 
@@ -136,6 +149,16 @@ def chat_list(request: HttpRequest) -> HttpResponse:
     if not request.htmx:
         return redirect("chats:home")
     return HttpResponse(regions.render_list_bundle(owner_id=request.user.pk))
+
+
+@login_required
+@require_GET
+def archived(request: HttpRequest) -> HttpResponse:
+    """The archived chats, which the sidebar leaves out, each with Unarchive."""
+    rows = selectors.chat_archived_rows(owner_id=request.user.pk)
+    return page_with(
+        request, main="find/archived.html", skip_to="the archived chats", archived_rows=rows
+    )
 
 
 @login_required
@@ -337,6 +360,9 @@ def signin(request: HttpRequest) -> HttpResponse:
 def signin_token(request: HttpRequest, token: str) -> HttpResponse:
     user = signin_token_redeem(token=token)
     if user is None:
+        if request.user.is_authenticated:
+            # A used link opened again (from history, a bookmark): you're in already.
+            return redirect("chats:home")
         return render(request, "signin.html", {"failed": True}, status=403)
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     return redirect("chats:home")

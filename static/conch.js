@@ -119,12 +119,9 @@
     lastSeq = Math.max(lastSeq, seq);
   });
 
-  // A pushed row for a chat the list doesn't show yet (a new chat): fetch the list.
-  body.addEventListener('htmx:oobErrorNoTarget', function (evt) {
-    var content = evt.detail.content;
-    if (content && content.hasAttribute && content.hasAttribute('data-gone')) { return; }
-    refetch();
-  });
+  // The server pushes a row alone only when every page's list has it (chats/regions.py);
+  // should a swap miss all the same (a page that missed an event), fetch the regions again.
+  body.addEventListener('htmx:oobErrorNoTarget', function () { refetch(); });
 
   // ---------------------------------------------------------------- responses
 

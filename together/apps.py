@@ -23,7 +23,7 @@ class TogetherConfig(AppConfig):
         for family in (LOOKING_AT_CHATS, messages.MESSAGING_A_CHAT, waits.WAITING):
             hooks.family_add(family)
         hooks.event_type_add(CHATS_LISTED, card=True)
-        hooks.event_type_add(messages.CHAT_MESSAGE, card=True)
+        hooks.event_type_add(messages.CHAT_MESSAGE, card=True, row=True)
         register_tools()
         register_cards()
         hooks.add_system_section(TOGETHER_PROMPT, order=50)
@@ -35,4 +35,5 @@ class TogetherConfig(AppConfig):
         hooks.subscribe(waits.on_event)
         hooks.register_sweep("waits", waits.LOOK_EVERY, waits.sweep)
         hooks.add_in_use_check(waits.chats_waiting)
+        hooks.add_held_counter(messages.held_counts)
         post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="together.fulltext")

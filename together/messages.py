@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Count, F
 from django.utils import timezone
 
 from chats import events
@@ -134,6 +134,17 @@ def _cards(
         text=f"From “{plain(sender.title)}” · another chat, not you",
         data={"card": "chat.message", "message_id": message.message_id, "side": "from"},
     )
+
+
+def held_counts(pks: list[int]) -> dict[int, int]:
+    """How many messages each of these chats holds for the person (the chat list's "1 held"). One query."""
+    rows = (
+        ChatMessage.objects.filter(receiver_id__in=pks, state=MessageState.HELD)
+        .order_by()
+        .values_list("receiver_id")
+        .annotate(n=Count("pk"))
+    )
+    return dict(rows)
 
 
 def publish_card(message: ChatMessage) -> None:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from chats.limits import LIMITS
 from chats.models import (
@@ -140,6 +140,24 @@ class Found:
     role: str
     snippet: str  # cleaned of secrets, then cut around what matched; not yet fenced
     score: float  # higher is better, on either database
+    words: tuple[str, ...] = ()  # the words the database said matched
+
+    def parts(self) -> list[tuple[str, bool]]:
+        """The snippet as (text, matched) pieces, for a page to mark what matched. Plain text:
+        the page escapes each piece."""
+        if not self.words:
+            return [(self.snippet, False)]
+        pattern = "|".join(r"(?<!\w)" + re.escape(w) + r"(?!\w)" for w in self.words)
+        pieces: list[tuple[str, bool]] = []
+        at = 0
+        for found in re.finditer(pattern, self.snippet, re.IGNORECASE):
+            if found.start() > at:
+                pieces.append((self.snippet[at : found.start()], False))
+            pieces.append((found.group(0), True))
+            at = found.end()
+        if at < len(self.snippet):
+            pieces.append((self.snippet[at:], False))
+        return pieces
 
 
 @dataclass(frozen=True)
@@ -167,15 +185,28 @@ def past_search(
     One query on either database; the vendor's SQL is the only difference.
     """
     _require_offered(reader, "search_chats")
+    visible = Conversation.objects.filter(readable_q(reader))
+    return _search(visible, query, limit, offset)
+
+
+def person_search(
+    *, owner_id: int, query: str, limit: int = LIMITS.search_results, offset: int = 0
+) -> Search:
+    """The person's own search box: the finished messages of every chat of theirs, archived
+    too, and never anyone else's. The same index and cut as ``search_chats``."""
+    return _search(Conversation.objects.filter(owner_id=owner_id), query, limit, offset)
+
+
+def _search(visible: QuerySet, query: str, limit: int, offset: int) -> Search:
     query = " ".join((query or "").split())[: LIMITS.search_query_chars]
     if not query:
         raise ConchError(ERR_EMPTY_QUERY)
     limit = max(1, min(limit, LIMITS.search_results_max))
     offset = max(0, min(offset, LIMITS.past_offset_max))
     if connection.vendor == "postgresql":
-        rows = _rows_postgresql(reader, query, limit + 1, offset)
+        rows = _rows_postgresql(visible, query, limit + 1, offset)
     elif connection.vendor == "sqlite":
-        rows = _rows_sqlite(reader, query, limit + 1, offset)
+        rows = _rows_sqlite(visible, query, limit + 1, offset)
     else:  # pragma: no cover - Conch runs on these two
         raise ConchError(f"search_chats doesn't know the {connection.vendor} database.")
     known = profile_secrets()
@@ -186,10 +217,12 @@ def past_search(
             taint=taint,
             reply=number,
             role=role,
-            snippet=snippet_cut(text, marked_words(marked), known=known),
+            snippet=snippet_cut(text, words, known=known),
             score=float(score),
+            words=tuple(words),
         )
         for public_id, title, taint, number, role, text, marked, score in rows[:limit]
+        for words in [marked_words(marked)]
     )
     more = len(rows) > limit
     return Search(
@@ -201,20 +234,19 @@ def past_search(
     )
 
 
-def _readable_ids_sql(reader: Conversation) -> tuple[str, tuple[Any, ...]]:
-    visible = Conversation.objects.filter(readable_q(reader)).order_by().values("id")
-    sql, params = visible.query.sql_with_params()
+def _visible_ids_sql(visible: QuerySet) -> tuple[str, tuple[Any, ...]]:
+    sql, params = visible.order_by().values("id").query.sql_with_params()
     return sql, tuple(params)
 
 
 _FINISHED_WORDS = f"{fulltext.INDEXED.format(row='e')} AND t.ended_at IS NOT NULL AND e.conversation_id IN ({{visible}})"
 
 
-def _rows_sqlite(reader: Conversation, query: str, limit: int, offset: int) -> list[tuple]:
+def _rows_sqlite(visible_chats: QuerySet, query: str, limit: int, offset: int) -> list[tuple]:
     match = fts5_query(query)
     if not match:
         return []
-    visible, params = _readable_ids_sql(reader)
+    visible, params = _visible_ids_sql(visible_chats)
     table = fulltext.FTS_TABLE
     sql = f"""
         SELECT c.public_id, c.title, c.taint, t.number, e.role, e.text,
@@ -238,8 +270,8 @@ _HEADLINE_OPTIONS = (
 )
 
 
-def _rows_postgresql(reader: Conversation, query: str, limit: int, offset: int) -> list[tuple]:
-    visible, params = _readable_ids_sql(reader)
+def _rows_postgresql(visible_chats: QuerySet, query: str, limit: int, offset: int) -> list[tuple]:
+    visible, params = _visible_ids_sql(visible_chats)
     config = f"'{fulltext.PG_CONFIG}'::regconfig"
     # The inner query ranks and pages; ts_headline runs only on the page's rows. Rank
     # normalisation 1 divides by 1 + log(length), so a long message that says a word

@@ -12,4 +12,5 @@ urlpatterns = [
         name="message-press",
     ),
     path("c/<str:public_id>/inbound/", views.chat_inbound, name="chat-inbound"),
+    path("search/", views.search, name="search"),
 ]

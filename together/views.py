@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
+from chats.limits import LIMITS
 from chats.models import Conversation
 from chats.runtime.chats import ConchError
-from chats.views import get_chat_for_user, respond_done, respond_refused
+from chats.views import get_chat_for_user, page_with, respond_done, respond_refused
 from together.messages import held_message_dismiss, held_message_pass, inbound_set
 from together.models import ChatMessage
+from together.past import person_search
 
 PRESSES = {"pass": held_message_pass, "dismiss": held_message_dismiss}
 ERR_BAD_ACTION = "action must be “pass” (Pass it on) or “dismiss” (Dismiss)."
@@ -61,3 +63,35 @@ def chat_inbound(request: HttpRequest, public_id: str) -> HttpResponse:
     except ConchError as exc:
         return respond_refused(request, chat, str(exc))
     return respond_done(request, chat)
+
+
+@login_required
+@require_GET
+def search(request: HttpRequest) -> HttpResponse:
+    """The sidebar's search box: the words of the person's own chats, on the full-text
+    index ``search_chats`` uses. A plain GET page; under HTMX the same page, of which
+    the box's form takes the main column."""
+    query = request.GET.get("q", "")
+    try:
+        offset = max(0, int(request.GET.get("offset", "0")))
+    except ValueError:
+        offset = 0
+    found = error = None
+    if query.strip():
+        try:
+            found = person_search(
+                owner_id=request.user.pk,
+                query=query,
+                offset=offset,
+                limit=LIMITS.search_results_max,
+            )
+        except ConchError as exc:
+            error = str(exc)
+    return page_with(
+        request,
+        main="find/search.html",
+        skip_to="the search results",
+        query=query,
+        found=found,
+        search_error=error,
+    )

@@ -111,7 +111,7 @@ def conversation_create(
             session_key=session_key,
             **({"public_id": public_id} if public_id else {}),
         )
-        events.publish_chat(conversation)
+        events.publish_chat(conversation, list=True)  # a row no page has yet
     return conversation
 
 
@@ -153,5 +153,5 @@ def conversation_archive(*, conversation: Conversation, archived: bool = True) -
         conversation = Conversation.objects.lock(conversation.pk)
         conversation.archived = archived
         conversation.save(update_fields=["archived", "updated_at"])
-        events.publish_chat(conversation)
+        events.publish_chat(conversation, list=True)  # it leaves the list, or comes back
     return conversation

@@ -54,10 +54,16 @@ class ChatSnapshot:
     parent_title: str | None
     last_interaction_at: datetime
     reply: RunningReply | None = field(default=None)
+    held: int = 0  # things held for the person here (a message held for you); see chats.hooks
 
     @property
     def working(self) -> bool:
         return self.status == Status.WORKING
+
+    @property
+    def needs_you(self) -> bool:
+        """What the tab's title counts: the chat waits for the person, or holds something for them."""
+        return self.status == Status.NEEDS_YOU or self.held > 0
 
 
 _CHAT_FIELDS = (
@@ -187,6 +193,14 @@ def chat_list_rows(*, owner_id: int) -> list[ChatSnapshot]:
         .order_by("-pinned", "-last_interaction_at", "-pk")
     )
     return chats_snapshot(owner_id=owner_id, chats=visible)
+
+
+def chat_archived_rows(*, owner_id: int) -> list[ChatSnapshot]:
+    """The chats the sidebar leaves out: this owner's archived ones, newest first. Two queries."""
+    archived = Conversation.objects.filter(owner_id=owner_id, archived=True).order_by(
+        "-last_interaction_at", "-pk"
+    )
+    return chats_snapshot(owner_id=owner_id, chats=archived)
 
 
 def chat_row(*, owner_id: int, public_id: str) -> ChatSnapshot | None:

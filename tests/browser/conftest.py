@@ -239,18 +239,61 @@ def watch(page) -> Tab:
     return tab
 
 
+@dataclass
+class Console:
+    """Every console error and uncaught exception of every page a test opens.
+
+    A test that means to cause one (a page that is offline on purpose) says
+    which with :meth:`allow`; anything else fails the test at its teardown.
+    """
+
+    errors: list[str] = field(default_factory=list)
+    allowed: list[re.Pattern[str]] = field(default_factory=list)
+
+    def watch(self, page) -> None:
+        page.on(
+            "console",
+            lambda message: (
+                self.errors.append(f"console.error: {message.text} ({_where(message)})")
+                if message.type == "error"
+                else None
+            ),
+        )
+        page.on("pageerror", lambda error: self.errors.append(f"pageerror: {error}"))
+
+    def allow(self, pattern: str) -> None:
+        self.allowed.append(re.compile(pattern))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(p.search(e) for p in self.allowed)]
+
+
+def _where(message) -> str:
+    location = message.location or {}
+    return f"{location.get('url', '')}:{location.get('lineNumber', '')}"
+
+
 @pytest.fixture
-def browser_context(chromium):
+def console() -> Console:
+    """The console of the test's browser context; ``browser_context`` fills it."""
+    return Console()
+
+
+@pytest.fixture
+def browser_context(chromium, console):
     from playwright.sync_api import expect
 
     expect.set_options(timeout=10_000)
     context = chromium.new_context(color_scheme="light", viewport={"width": 1280, "height": 800})
     context.set_default_timeout(10_000)
+    context.on("page", console.watch)  # every page of the context, however it was opened
     yield context
     context.close()
     # While Playwright's loop runs, the test's ORM calls get connections of their
     # own (Django keeps them per context); close them here, where they were made.
     connections.close_all()
+    unexpected = console.unexpected()
+    assert not unexpected, "the page logged errors:\n" + "\n".join(unexpected)
 
 
 @pytest.fixture

@@ -17,8 +17,12 @@ AGAIN = re.compile(r"^([2-9]|\d\d+)$")  # opened a second time, or more
 
 
 def test_a_socket_the_server_closes_reconnects_and_catches_up(
-    tab, sign_in, short_lived_server, owner, agent, workspace
+    tab, sign_in, short_lived_server, owner, agent, workspace, console
 ):
+    # The server goes away while the page is open (here, or when the fixture stops it
+    # at teardown): the browser logs the refused socket and htmx its error event.
+    console.allow(r"ERR_CONNECTION_REFUSED")
+    console.allow(r"console.error: \[object Event\] \(.*/htmx-2\.0\.11\.min\.js")
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
     page = tab.page
     body = page.locator("body")
@@ -38,8 +42,15 @@ def test_a_socket_the_server_closes_reconnects_and_catches_up(
 
 
 def test_a_page_says_it_is_offline_keeps_what_was_typed_and_recovers(
-    tab, sign_in, short_lived_server, owner, agent, workspace
+    tab, sign_in, short_lived_server, owner, agent, workspace, console
 ):
+    # The server goes away while the page is open (here, or when the fixture stops it
+    # at teardown): the browser logs the refused socket and htmx its error event.
+    console.allow(r"ERR_CONNECTION_REFUSED")
+    console.allow(r"console.error: \[object Event\] \(.*/htmx-2\.0\.11\.min\.js")
+    console.allow(
+        r"htmx:(sendError|afterRequest), \[object HTMLFormElement\]"
+    )  # the send while offline
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
     page = tab.page
     sign_in(tab, short_lived_server)

@@ -99,8 +99,12 @@ def session_of(context) -> str:
 
 
 def test_a_page_on_another_loopback_port_cannot_open_the_socket(
-    browser_context, tab, sign_in, conch_server, hostile_site, owner, agent, workspace
+    browser_context, tab, sign_in, conch_server, hostile_site, owner, agent, workspace, console
 ):
+    # The hostile page's own console: the refused handshake is the point, and its
+    # little server has no icon.
+    console.allow(rf"Unexpected response code: 403 \(http://127\.0\.0\.1:{hostile_site.port}/")
+    console.allow(rf"404 \(Not Found\) \(http://127\.0\.0\.1:{hostile_site.port}/favicon\.ico")
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Plans")
     sign_in(tab)
     open_chat(tab, conch_server, chat)

@@ -40,7 +40,7 @@ def fire(page, message_id: str, n: int) -> None:
 
 
 def test_a_peer_rule_beats_a_team_rule_and_shared_dms_show_red(
-    tab, sign_in, conch_server, agent, tmp_path
+    tab, sign_in, conch_server, agent, tmp_path, console
 ):
     AgentFactory(slug="family", name="Family helper", workspace=str(tmp_path))
     AgentFactory(slug="work", name="Work assistant", workspace=str(tmp_path))
@@ -70,7 +70,8 @@ def test_a_peer_rule_beats_a_team_rule_and_shared_dms_show_red(
     expect(winner).to_have_count(1)
     expect(winner).to_contain_text("peer: slack peer direct:mom → family")
 
-    # A tie is refused, naming both.
+    # A tie is refused, naming both: a 400 on purpose, which Chromium logs.
+    console.allow(r"status of 400 \(Bad Request\) \(http://[^ ]+/gateway/playground/bindings/:")
     form = page.locator("#pg-add")
     form.get_by_label("Agent", exact=True).fill("work")
     form.get_by_label("Channel", exact=True).fill("slack")

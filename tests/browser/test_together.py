@@ -84,7 +84,7 @@ def test_the_look_card_shows_the_other_chats_and_its_rows_open_them(
     rows.nth(0).get_by_role("link").click()
     expect(page).to_have_url(f"{conch_server.url}/c/{busy.public_id}/")
     expect(page.locator("#chat-heading")).to_have_text("Fix the login")
-    expect(page).to_have_title("Fix the login · Conch")
+    expect(page).to_have_title("(1) Fix the login · Conch")  # “Roll out 2.4” needs you
     assert still_the_same_page(tab)
     expect(page.locator("body")).to_have_attribute("data-socket", "open")
     expect(page.locator("body")).to_have_attribute("data-socket-opens", "1")

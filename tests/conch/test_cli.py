@@ -150,8 +150,21 @@ def test_serve_prints_a_one_time_link_and_serves_the_admin_and_static_files(home
         cookie = "; ".join(cookies)
         assert get("/", cookie).status == 200
         assert get(f"/signin/{token}/").status == 403, "the link works once"
+        # ...but opened again by someone already signed in, it goes to the workspace.
+        again = get(f"/signin/{token}/", cookie)
+        assert (again.status, again.getheader("Location")) == (302, "/")
 
-        assert get("/admin/login/").status == 200
+        # A fresh link for the running server, no restart: same database, its real port.
+        fresh = conch("signin", env=env)
+        assert fresh.returncode == 0, fresh.stderr
+        fresh_port, fresh_token = LINK.search(fresh.stdout).groups()
+        assert fresh_port == port and fresh_token != token
+        assert get(f"/signin/{fresh_token}/").getheader("Location") == "/"
+        assert "conch signin" in log.read_text()
+
+        admin_login = get("/admin/login/")
+        assert admin_login.status == 200
+        assert b"<code>conch changepassword owner</code>" in admin_login.body
         css = get("/static/admin/css/base.css")  # DEBUG is off: the static handler serves it
         assert css.status == 200
         assert css.getheader("Content-Type").startswith("text/css")

@@ -6,7 +6,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from chats import events, regions
-from chats.runtime.chats import conversation_archive, conversation_rename
+from chats.runtime.chats import conversation_archive, conversation_create, conversation_rename
 from chats.runtime.turns import conversation_delete, message_send
 from tests.factories import ChatFactory
 from tests.web.sockets import seq_of, session_cookie, socket
@@ -120,7 +120,30 @@ async def test_an_archived_chat_leaves_the_list(owner, cookie, two_chats):
 
         pushed = await communicator.receive_from(timeout=TIMEOUT)
 
-        assert f'<li id="row-{two.public_id}" hx-swap-oob="delete" data-gone></li>' in pushed
+        # The whole list, without it: a lone "delete" would miss on a page that
+        # never had the row, and htmx logs each miss as an error (issue 15).
+        assert '<nav id="chat-list"' in pushed and 'hx-swap-oob="true"' in pushed
+        assert f'id="row-{two.public_id}"' not in pushed
+        assert 'hx-swap-oob="delete"' not in pushed
+
+        # It changes again while archived: still the list, never a row no page has.
+        await database_sync_to_async(conversation_rename)(conversation=two, title="Old notes")
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+        assert '<nav id="chat-list"' in pushed
+        assert f'id="row-{two.public_id}"' not in pushed
+    finally:
+        await communicator.disconnect()
+
+
+async def test_a_new_chat_pushes_the_whole_list_not_a_row_no_page_has(owner, agent, cookie):
+    communicator, _ = await open_socket(cookie)
+    try:
+        chat = await database_sync_to_async(conversation_create)(owner=owner, title="Brand new")
+
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+
+        assert pushed.split("\n", 1)[1].startswith('<nav id="chat-list"')
+        assert f'id="row-{chat.public_id}"' in pushed
     finally:
         await communicator.disconnect()
 

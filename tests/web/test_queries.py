@@ -11,7 +11,7 @@ from tests.factories import ConversationFactory
 
 pytestmark = pytest.mark.django_db
 
-LIST_QUERIES = 4  # session, user, the chats, their open replies
+LIST_QUERIES = 5  # session, user, the chats, their open replies, what each holds for you
 
 
 def list_queries(client) -> int:

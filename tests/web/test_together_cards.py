@@ -905,8 +905,9 @@ async def test_a_look_at_the_other_chats_pushes_the_card_to_the_page_showing_it(
     assert "Checked on your other chats" in card_of(pushed, "card-look")
 
 
-def test_a_card_event_for_another_chat_pushes_only_its_number(two):
+def test_a_card_event_for_another_chat_pushes_its_row_but_not_its_cards(two):
     sender, receiver = two
+    send(sender, receiver, "secret plan")
 
     html = regions.render_event(
         owner_id=receiver.owner_id,
@@ -917,7 +918,10 @@ def test_a_card_event_for_another_chat_pushes_only_its_number(two):
     )
 
     assert seq_of(html) == (9, "event")
-    assert html.count("<") == 2  # the number alone: the row is as it was
+    # Its row, since a message's state can change what the row says is held for you...
+    assert f'<li id="row-{sender.public_id}"' in html
+    # ...and nothing of the transcript of a chat this tab isn't showing.
+    assert 'id="transcript"' not in html and "secret plan" not in html
 
 
 def test_a_tab_naming_someone_elses_chat_is_pushed_none_of_its_cards(two, second_owner):
@@ -933,3 +937,16 @@ def test_a_tab_naming_someone_elses_chat_is_pushed_none_of_its_cards(two, second
     )
 
     assert "secret plan" not in html and 'id="transcript"' not in html
+
+
+def test_the_list_and_the_tabs_title_say_a_message_is_held_for_you(signed_in, two, held):
+    sender, receiver = two
+
+    html = signed_in.get("/").content.decode()
+
+    row = html[html.index(f'<li id="row-{receiver.public_id}"') :]
+    row = row[: row.index("</li>")]
+    assert "data-needs-you" in row and '<span class="badge is-held">1 held</span>' in row
+    assert "<title>(1) Conch</title>" in html
+    other = html[html.index(f'<li id="row-{sender.public_id}"') :]
+    assert "held" not in other[: other.index("</li>")]

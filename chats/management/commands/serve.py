@@ -155,7 +155,7 @@ class Command(BaseCommand):
 
     def _demo(self) -> None:
         if "conch_demo" in get_commands():
-            call_command("conch_demo")
+            call_command("conch_demo", serving=True)
             self.stdout.write("Demo chats loaded.")
         else:
             self.stdout.write(
@@ -188,12 +188,16 @@ class Command(BaseCommand):
         )
 
     def _announce(self, host: str, port: int, token: str) -> None:
+        from chats.signin import server_url_note
+
         base = f"http://{url_host(host)}:{port}"
+        server_url_note(base)  # for `conch signin`
         self.stdout.write("")
         self.stdout.write(f"Conch is running at {base}/")
         self.stdout.write("Open this link to sign in (it works once, for 12 hours):")
         self.stdout.write(f"    {base}/signin/{token}/")
         self.stdout.write(f"The admin is at {base}/admin/")
+        self.stdout.write("For another link while this runs: conch signin")
         self.stdout.write("Press Ctrl-C to stop.")
         self.stdout.flush()
 

@@ -1,0 +1,24 @@
+/*
+ * The tab's title counts what needs you: "(2) Conch". The server renders the
+ * count into <title> (so it is right without JavaScript); after every push or
+ * swap this recounts the sidebar's rows that need you (a chat waiting for an
+ * OK or an answer, or one holding a message for you: data-needs-you).
+ */
+(function () {
+  'use strict';
+
+  var COUNT = /^\(\d+\) /;
+
+  function recount() {
+    var list = document.getElementById('chat-rows');
+    if (!list) { return; }
+    var needs = list.querySelectorAll('li[data-needs-you]').length;
+    var title = document.title.replace(COUNT, '');
+    var wanted = needs ? '(' + needs + ') ' + title : title;
+    if (document.title !== wanted) { document.title = wanted; }
+  }
+
+  document.body.addEventListener('htmx:oobAfterSwap', recount);
+  document.body.addEventListener('htmx:afterSettle', recount);
+  recount();
+})();
