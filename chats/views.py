@@ -9,9 +9,11 @@ message, and a refused message keeps its text in the composer.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -44,11 +46,12 @@ from chats.runtime.turns import (
     turn_deny,
 )
 from chats.signin import signin_token_redeem
+from conch.http import HtmxHttpRequest, signed_in_id
 
 ERR_STALE_REQUEST = "That request has already been answered."
 
 
-def get_chat_for_user(request: HttpRequest, public_id: str) -> Conversation:
+def get_chat_for_user(request: HtmxHttpRequest, public_id: str) -> Conversation:
     """The signed-in person's chat, or 404: someone else's chat does not exist for them.
 
     Public, with :func:`respond_done` and :func:`respond_refused`, for the views of
@@ -64,14 +67,14 @@ def _new_chat_form(data=None) -> NewChatForm:
 
 
 def _page(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     *,
     chat: Conversation | None = None,
     form: NewChatForm | None = None,
     status: int = 200,
     **extra,
 ) -> HttpResponse:
-    context = regions.page_context(owner_id=request.user.pk, conversation=chat)
+    context = regions.page_context(owner_id=signed_in_id(request), conversation=chat)
     if chat is None:
         context["form"] = form or _new_chat_form()
         context["model_connected"] = model_connected()
@@ -81,27 +84,27 @@ def _page(
 
 
 def page_with(
-    request: HttpRequest, *, main: str, skip_to: str, status: int = 200, **extra
+    request: HtmxHttpRequest, *, main: str, skip_to: str, status: int = 200, **extra
 ) -> HttpResponse:
     """The workspace with another view in its main column (``main``, a template): the
     archived chats, a search's results. The sidebar and its socket are the page's own."""
-    context = regions.page_context(owner_id=request.user.pk)
+    context = regions.page_context(owner_id=signed_in_id(request))
     context.update(main=main, skip_to=skip_to, **extra)
     return render(request, regions.PAGE, context, status=status)
 
 
-def respond_done(request: HttpRequest, chat: Conversation) -> HttpResponse:
+def respond_done(request: HtmxHttpRequest, chat: Conversation) -> HttpResponse:
     """After an action: the fresh regions under HTMX, otherwise back to the chat."""
     if request.htmx:
         chat.refresh_from_db()
-        bundle = regions.render_chat_bundle(owner_id=request.user.pk, conversation=chat)
+        bundle = regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat)
         cleared = regions.render_error("flash", "") + regions.render_error("composer-error", "")
         return HttpResponse(bundle + cleared)
     return redirect("chats:chat", public_id=chat.public_id)
 
 
 def respond_refused(
-    request: HttpRequest,
+    request: HtmxHttpRequest,
     chat: Conversation,
     message: str,
     *,
@@ -115,9 +118,13 @@ def respond_refused(
         fresh = ""
         if status == 409:
             chat.refresh_from_db()
-            fresh = regions.render_chat_bundle(owner_id=request.user.pk, conversation=chat) + "\n"
+            fresh = (
+                regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat) + "\n"
+            )
         return HttpResponse(fresh + regions.render_error(slot, message), status=status)
-    extra = {"composer_error": message, "draft": draft} if slot == "composer-error" else {}
+    extra: dict[str, Any] = (
+        {"composer_error": message, "draft": draft} if slot == "composer-error" else {}
+    )
     if slot == "flash":
         extra["flash"] = message
     return _page(request, chat=chat, status=status, **extra)
@@ -129,14 +136,14 @@ def respond_refused(
 
 @login_required
 @require_GET
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: HtmxHttpRequest) -> HttpResponse:
     demo_start_pending()  # the demo's replies start as you first look
     return _page(request)
 
 
 @login_required
 @require_GET
-def chat_detail(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_detail(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     demo_start_pending()
     chat = get_chat_for_user(request, public_id)
     return _page(request, chat=chat)
@@ -144,18 +151,18 @@ def chat_detail(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_GET
-def chat_list(request: HttpRequest) -> HttpResponse:
+def chat_list(request: HtmxHttpRequest) -> HttpResponse:
     """The sidebar alone, for a page that missed events. Constant queries in the number of chats."""
     if not request.htmx:
         return redirect("chats:home")
-    return HttpResponse(regions.render_list_bundle(owner_id=request.user.pk))
+    return HttpResponse(regions.render_list_bundle(owner_id=signed_in_id(request)))
 
 
 @login_required
 @require_GET
-def archived(request: HttpRequest) -> HttpResponse:
+def archived(request: HtmxHttpRequest) -> HttpResponse:
     """The archived chats, which the sidebar leaves out, each with Unarchive."""
-    rows = selectors.chat_archived_rows(owner_id=request.user.pk)
+    rows = selectors.chat_archived_rows(owner_id=signed_in_id(request))
     return page_with(
         request, main="find/archived.html", skip_to="the archived chats", archived_rows=rows
     )
@@ -163,12 +170,14 @@ def archived(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_GET
-def chat_regions(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_regions(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     """A chat page's regions and the sidebar, for a page that missed events or reconnected."""
     chat = get_chat_for_user(request, public_id)
     if not request.htmx:
         return redirect("chats:chat", public_id=chat.public_id)
-    return HttpResponse(regions.render_chat_bundle(owner_id=request.user.pk, conversation=chat))
+    return HttpResponse(
+        regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -177,7 +186,7 @@ def chat_regions(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_create(request: HttpRequest) -> HttpResponse:
+def chat_create(request: HtmxHttpRequest) -> HttpResponse:
     form = _new_chat_form(request.POST)
     if not form.is_valid():
         return _page(request, form=form, status=400)
@@ -200,7 +209,7 @@ def chat_create(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_send(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_send(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     text = request.POST.get("text", "")
     try:
@@ -212,13 +221,13 @@ def chat_send(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_stop(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_stop(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     conversation_stop(conversation=chat, by="person")
     return respond_done(request, chat)
 
 
-def _pending_turn_for(chat: Conversation, request: HttpRequest):
+def _pending_turn_for(chat: Conversation, request: HtmxHttpRequest):
     """The reply waiting for an OK, if it is the one the person's page showed."""
     turn = selectors.chat_pending_turn(conversation=chat)
     if turn is None or request.POST.get("turn") != str(turn.number):
@@ -228,7 +237,7 @@ def _pending_turn_for(chat: Conversation, request: HttpRequest):
 
 @login_required
 @require_POST
-def chat_approve(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_approve(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
         turn_approve(turn=_pending_turn_for(chat, request))
@@ -239,7 +248,7 @@ def chat_approve(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_deny(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_deny(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
         turn_deny(turn=_pending_turn_for(chat, request))
@@ -250,7 +259,7 @@ def chat_deny(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_mode(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_mode(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
         conversation_set_mode(conversation=chat, mode=request.POST.get("mode", ""))
@@ -261,7 +270,7 @@ def chat_mode(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_rename(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_rename(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     try:
         conversation_rename(conversation=chat, title=request.POST.get("title", ""))
@@ -272,7 +281,7 @@ def chat_rename(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_archive(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_archive(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     archived = request.POST.get("archived", "1") != "0"
     conversation_archive(conversation=chat, archived=archived)
@@ -281,7 +290,7 @@ def chat_archive(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
-def chat_delete(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_delete(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     conversation_delete(conversation=chat)
     home = reverse("chats:home")
@@ -295,7 +304,7 @@ def chat_delete(request: HttpRequest, public_id: str) -> HttpResponse:
 
 
 def _connect_page(
-    request: HttpRequest, form: ConnectModelForm, *, result=None, status: int = 200
+    request: HtmxHttpRequest, form: ConnectModelForm, *, result=None, status: int = 200
 ) -> HttpResponse:
     context = {"form": form, "result": result, "agent": default_agent()}
     if request.htmx and request.method == "POST":
@@ -308,7 +317,7 @@ def _connect_page(
 
 @login_required
 @require_GET
-def connect(request: HttpRequest) -> HttpResponse:
+def connect(request: HtmxHttpRequest) -> HttpResponse:
     """Connect a model: the servers found on this computer, and a form for any other."""
     agent = default_agent()
     config = (
@@ -323,7 +332,7 @@ def connect(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
-def connect_post(request: HttpRequest) -> HttpResponse:
+def connect_post(request: HtmxHttpRequest) -> HttpResponse:
     """Test connection, or Save: Save tries the model again and saves only if it answered."""
     form = ConnectModelForm(request.POST)
     if not form.is_valid():
@@ -350,14 +359,14 @@ def connect_post(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
-def signin(request: HttpRequest) -> HttpResponse:
+def signin(request: HtmxHttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         return redirect("chats:home")
     return render(request, "signin.html", {"failed": False})
 
 
 @require_GET
-def signin_token(request: HttpRequest, token: str) -> HttpResponse:
+def signin_token(request: HtmxHttpRequest, token: str) -> HttpResponse:
     user = signin_token_redeem(token=token)
     if user is None:
         if request.user.is_authenticated:
@@ -369,7 +378,7 @@ def signin_token(request: HttpRequest, token: str) -> HttpResponse:
 
 
 @require_POST
-def signout(request: HttpRequest) -> HttpResponse:
+def signout(request: HtmxHttpRequest) -> HttpResponse:
     """Sign out: the session is deleted, and with it every socket it opened (chats/signout.py)."""
     logout(request)
     return redirect("chats:signin")

@@ -218,9 +218,11 @@ def message_chat(
             and started >= limits.replies_started_per_chain
         ):
             raise LimitReached(ERR_CHAIN_REPLIES.format(n=started))
-        state = {Inbound.ACCEPT: MessageState.WAITING, Inbound.HOLD: MessageState.HELD}.get(
-            inbound, MessageState.REFUSED
-        )
+        states: dict[str, MessageState] = {
+            Inbound.ACCEPT: MessageState.WAITING,
+            Inbound.HOLD: MessageState.HELD,
+        }
+        state = states.get(inbound, MessageState.REFUSED)
         message = ChatMessage.objects.create(
             chain=chain,
             sender=sender,

@@ -12,13 +12,14 @@ token. No tool can reach these views, and the gateway's token is no session.
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from chats.limits import LIMITS
 from chats.models import Conversation
 from chats.runtime.chats import ConchError
 from chats.views import get_chat_for_user, page_with, respond_done, respond_refused
+from conch.http import HtmxHttpRequest, signed_in_id
 from together.messages import held_message_dismiss, held_message_pass, inbound_set
 from together.models import ChatMessage
 from together.past import person_search
@@ -28,7 +29,7 @@ ERR_BAD_ACTION = "action must be “pass” (Pass it on) or “dismiss” (Dismi
 
 
 def _get_message_for_user(
-    request: HttpRequest, public_id: str, message_id: str
+    request: HtmxHttpRequest, public_id: str, message_id: str
 ) -> tuple[Conversation, ChatMessage]:
     """The signed-in person's chat and a message sent *to* it; otherwise 404, as if neither existed."""
     chat = get_chat_for_user(request, public_id)
@@ -40,7 +41,7 @@ def _get_message_for_user(
 
 @login_required
 @require_POST
-def message_press(request: HttpRequest, public_id: str, message_id: str) -> HttpResponse:
+def message_press(request: HtmxHttpRequest, public_id: str, message_id: str) -> HttpResponse:
     """``POST /api/conversations/<id>/messages/<messageId>`` with ``action=pass|dismiss``."""
     chat, message = _get_message_for_user(request, public_id, message_id)
     press = PRESSES.get(request.POST.get("action", ""))
@@ -55,7 +56,7 @@ def message_press(request: HttpRequest, public_id: str, message_id: str) -> Http
 
 @login_required
 @require_POST
-def chat_inbound(request: HttpRequest, public_id: str) -> HttpResponse:
+def chat_inbound(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     """Messages from other chats: Let them in, Hold them for me, or Turn them away."""
     chat = get_chat_for_user(request, public_id)
     try:
@@ -67,7 +68,7 @@ def chat_inbound(request: HttpRequest, public_id: str) -> HttpResponse:
 
 @login_required
 @require_GET
-def search(request: HttpRequest) -> HttpResponse:
+def search(request: HtmxHttpRequest) -> HttpResponse:
     """The sidebar's search box: the words of the person's own chats, on the full-text
     index ``search_chats`` uses. A plain GET page; under HTMX the same page, of which
     the box's form takes the main column."""
@@ -80,7 +81,7 @@ def search(request: HttpRequest) -> HttpResponse:
     if query.strip():
         try:
             found = person_search(
-                owner_id=request.user.pk,
+                owner_id=signed_in_id(request),
                 query=query,
                 offset=offset,
                 limit=LIMITS.search_results_max,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
@@ -165,7 +166,7 @@ def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) 
             return WaitAnswer(
                 _chat_outcome_text(waiter, target, bare=False, taint_first=True), let_go=False
             )
-        fields = {"target_chat": target}
+        fields: dict[str, Any] = {"target_chat": target}
     elif kind == WaitKind.TASK:
         task = (
             Task.objects.filter(public_id=target_id, parent=waiter).select_related("chat").first()
@@ -261,8 +262,10 @@ def cycle_through(*, waiter: Conversation, target_pk: int) -> list[int] | None:
             for to in sorted(edges.get(pk, ())):
                 if to == waiter.pk:
                     path = [pk]
-                    while came_from[path[-1]] is not None:
-                        path.append(came_from[path[-1]])
+                    back = came_from[pk]
+                    while back is not None:
+                        path.append(back)
+                        back = came_from[back]
                     return list(reversed(path))
                 if to not in came_from:
                     came_from[to] = pk
@@ -457,7 +460,11 @@ def wake(*, wait: Wait) -> bool:
             text = _chat_outcome_text(waiter, target, bare=bare, taint_first=True)
             ended = how_it_ended(target)
     else:
-        task = Task.objects.filter(pk=wait.target_task_id).select_related("chat").first()
+        task = (
+            Task.objects.filter(pk=wait.target_task_id).select_related("chat").first()
+            if wait.target_task_id is not None
+            else None
+        )
         if task is None:
             text = conch_note(
                 "the task “{title}” ({task}) is gone.",

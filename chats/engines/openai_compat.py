@@ -239,7 +239,9 @@ class ModelConfig:
                 )
             )
 
-        def number(key: str, default: float, low: float, high: float, kind: type = int) -> Any:
+        def number(
+            key: str, default: float | None, low: float, high: float, kind: type = int
+        ) -> Any:
             value = config.get(key)
             if value in (None, ""):
                 return default
@@ -744,7 +746,7 @@ class _Reading:
             (call_id and slot.id and call_id != slot.id)
             or (name.strip() and slot.name and name.strip() != slot.name)
         )
-        if new:
+        if new or slot is None:
             slot = _Slot()
             self.slots.append(slot)
             if index is not None:
@@ -1092,8 +1094,9 @@ def _stream_once(
                 base_url=config.base_url,
                 api_key=key or NO_KEY,  # explicit, so the SDK never reaches for OPENAI_API_KEY
                 max_retries=0,  # Conch retries itself, with its own bounds and readable reasons
-                timeout=timeout,
-                http_client=http,
+                # The SDK's own annotations name its vendored httpx; the client is httpx's.
+                timeout=timeout,  # type: ignore[arg-type]
+                http_client=http,  # type: ignore[arg-type]
             ) as client,
         ):
             stream = client.chat.completions.create(**params)

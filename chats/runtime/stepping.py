@@ -543,6 +543,7 @@ def _step_end_writes(ctx: ToolContext, known) -> tuple[str, str]:
     Precondition: inside the step's last transaction, holding the chat's lock. A
     refusal rolls back only what the writes did (a savepoint) and lets nothing go.
     """
+    assert ctx.at_step_end is not None, "only a tool that set at_step_end has writes to make"
     try:
         with transaction.atomic():
             done = ctx.at_step_end()

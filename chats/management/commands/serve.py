@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from collections.abc import Callable
 
 from daphne.server import Server  # the "daphne" app imported it first: the reactor is asyncio
 from django.conf import settings
@@ -205,7 +206,7 @@ class Command(BaseCommand):
 class ConchServer(Server):
     """Daphne's server, telling us once it really listens, so the link has the real port."""
 
-    on_listening = None
+    on_listening: Callable[[int], None] | None = None
 
     def listen_success(self, port):
         super().listen_success(port)
