@@ -15,6 +15,7 @@ job); a thread inherits its parent's binding. The tiers and their ties are
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import threading
@@ -164,7 +165,27 @@ def _tier_arms(name: str, key: str) -> list[dict[str, Any]]:
 def _tier_rows(channel: str, name: str, key: str) -> list[tuple]:
     """The rows that may sit in one table under one key, in pk order: one indexed query
     (each arm names the channel, so SQLite looks each up in the index and unions them)."""
-    return sorted(_fetch_rows(_columns(_tier_query(channel, name, key))), key=itemgetter(0))
+    with connection.cursor() as cursor:
+        cursor.execute(*tier_statement(channel, name, key))
+        return sorted(cursor.fetchall(), key=itemgetter(0))
+
+
+def tier_statement(channel: str, name: str, key: str) -> tuple[str, list]:
+    """The SQL and parameters of :func:`_tier_rows`' query."""
+    sql, params = _tier_sql(connection.vendor, name, key == DEFAULT_ACCOUNT)
+    given = {_CHANNEL: channel, _KEY: key}
+    return sql, [given.get(p, p) if isinstance(p, str) else p for p in params]
+
+
+# Stand-ins for a lookup's channel and key, so each table's SQL is made once, not per message.
+_CHANNEL, _KEY = "\x00channel", "\x00key"
+
+
+@functools.cache
+def _tier_sql(vendor: str, name: str, default_account: bool) -> tuple[str, tuple]:
+    """One table's lookup as SQL with stand-ins (``vendor`` keys the cache: SQL differs)."""
+    key = DEFAULT_ACCOUNT if default_account else _KEY
+    return _columns(_tier_query(_CHANNEL, name, key)).query.sql_with_params()
 
 
 def _tier_query(channel: str, name: str, key: str):
