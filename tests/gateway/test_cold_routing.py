@@ -22,32 +22,55 @@ from tests.gateway.conftest import message
 # Few values, so that bindings and messages meet often: ids in both cases on a
 # channel that folds them (slack) and one that keeps them (whatsapp), "*" and empty.
 CHANNELS = ("slack", "whatsapp")
-PEERS = ("", "*", "alice", "Alice", "bob", "room", "hall")
-ACCOUNTS = ("", "*", "default", "bot1", "bot2")
-GUILDS = ("", "G1", "G2")
-TEAMS = ("", "T1", "T2")
+IDS = ("alice", "Alice", "room", "Room", "hall")
+ACCOUNTS = ("", "default", "bot1", "bot2")
+GUILDS = ("G1", "G2")
+TEAMS = ("T1", "T2")
 ROLES = ("mod", "admin")
 KINDS = ("", "direct", "group", "channel", "cron")
+TIER_NAMES = ("peer", "parent", "wildcard", "guild_roles", "guild", "team", "account", "channel")
+
+
+def sometimes(draw, values):
+    """Mostly nothing, sometimes one of ``values``: a rule's extra constraint."""
+    return draw(st.sampled_from(("", "", "", *values)))
 
 
 @st.composite
 def stored_bindings(draw):
-    """A row as it may be stored: mostly as ``Binding.clean`` spells it, sometimes not
-    (older rows, bulk inserts), and ties too. Both ways read the same rows, so they
-    must agree on any."""
-    peer = draw(st.sampled_from(PEERS))
-    guild = draw(st.sampled_from(GUILDS))
-    return dict(
+    """A row as it may be stored: a tier's key, now and then another field's too, and
+    ids as ``Binding.clean`` spells them or not (older rows, bulk inserts); ties too.
+    Both ways read the same rows, so they must agree on any."""
+    tier = draw(st.sampled_from(TIER_NAMES))
+    row = dict(
         agent=draw(st.sampled_from(("main", "work", "home"))),
         channel=draw(st.sampled_from(CHANNELS)),
-        account_id=draw(st.sampled_from(ACCOUNTS)),
-        peer=peer,
-        peer_kind=draw(st.sampled_from(KINDS)) if peer else "",
-        parent_peer="" if peer == "*" else draw(st.sampled_from(("", "room", "hall", "Room"))),
-        guild_id=guild,
-        roles=draw(st.lists(st.sampled_from(ROLES), unique=True, max_size=2)) if guild else [],
-        team_id=draw(st.sampled_from(TEAMS)),
+        account_id=draw(st.sampled_from(("*", "*", "", "bot1"))),
+        peer="",
+        peer_kind="",
+        parent_peer="",
+        guild_id=sometimes(draw, GUILDS) if tier in ("peer", "parent", "team") else "",
+        roles=[],
+        team_id=sometimes(draw, TEAMS) if tier not in ("account", "channel") else "",
     )
+    if tier in ("peer", "wildcard"):
+        row["peer"] = draw(st.sampled_from(IDS)) if tier == "peer" else "*"
+        row["peer_kind"] = draw(st.sampled_from(KINDS))
+    if tier == "peer":
+        row["parent_peer"] = sometimes(draw, IDS)
+    elif tier == "parent":
+        row["parent_peer"] = draw(st.sampled_from(IDS))
+    elif tier in ("guild_roles", "guild"):
+        row["guild_id"] = draw(st.sampled_from(GUILDS))
+        if tier == "guild_roles":
+            row["roles"] = draw(st.lists(st.sampled_from(ROLES), min_size=1, unique=True))
+    elif tier == "team":
+        row["team_id"] = draw(st.sampled_from(TEAMS))
+    elif tier == "account":
+        row["account_id"] = draw(st.sampled_from(ACCOUNTS))
+    elif tier == "channel":
+        row["account_id"] = "*"
+    return row
 
 
 @st.composite
@@ -56,20 +79,59 @@ def inbound_messages(draw):
     body = {
         "channel": draw(st.sampled_from((*CHANNELS, "signal"))),
         "chat_type": chat_type,
-        "peer": draw(st.sampled_from(PEERS[2:])),
+        "peer": draw(st.sampled_from(IDS)),
         "text": "hi",
         "account_id": draw(st.sampled_from(("", "default", "bot1", "BOT2", "bot3"))),
-        "guild_id": draw(st.sampled_from(GUILDS)),
+        "guild_id": sometimes(draw, GUILDS),
         "member_roles": draw(st.lists(st.sampled_from((*ROLES, "guest")), unique=True)),
-        "team_id": draw(st.sampled_from(TEAMS)),
+        "team_id": sometimes(draw, TEAMS),
     }
     if chat_type in ("group", "thread"):
-        body["group_id"] = draw(st.sampled_from(PEERS[2:]))
+        body["group_id"] = draw(st.sampled_from(IDS))
     if chat_type == "thread":
-        body["thread_id"] = draw(st.sampled_from(("alice", "t1", "T1")))
-        body["parent_peer"] = draw(st.sampled_from(("", "room", "Room", "hall")))
+        body["thread_id"] = draw(st.sampled_from((*IDS, "t1")))
+        body["parent_peer"] = sometimes(draw, IDS)
     if chat_type == "cron":
-        body["job_id"] = draw(st.sampled_from(("bob", "nightly")))
+        body["job_id"] = draw(st.sampled_from(("alice", "nightly")))
+    return body
+
+
+CHAT_OF_KIND = {"direct": "dm", "group": "group", "channel": "thread", "cron": "cron"}
+FIELD_OF_CHAT = {"dm": "peer", "group": "group_id", "thread": "thread_id", "cron": "job_id"}
+
+
+@st.composite
+def aimed_messages(draw, row):
+    """A message that one stored row was written for, more or less: its channel, its
+    tier's key where that key is read (a peer as the DM's sender, the group, the thread,
+    the job, or a thread's parent), its account, guild, roles and team, each at times
+    left out, so that both the rule and those below it are met."""
+    body = draw(inbound_messages())
+    body["channel"] = row["channel"]
+    keep = st.sampled_from((True, True, True, False))
+    if row["account_id"] != "*" and draw(keep):
+        body["account_id"] = row["account_id"]
+    if row["peer"] not in ("", "*") and draw(keep):
+        if draw(st.booleans()):  # the rule's own conversation
+            chat = CHAT_OF_KIND.get(row["peer_kind"]) or draw(st.sampled_from(list(FIELD_OF_CHAT)))
+            body = {**body, "chat_type": chat, "group_id": body.get("group_id") or "room"}
+            body[FIELD_OF_CHAT[chat]] = row["peer"]
+        else:  # a thread under it
+            body |= {"chat_type": "thread", "group_id": row["peer"], "parent_peer": "",
+                     "thread_id": "t1"}  # fmt: skip
+    if row["peer"] == "*" and row["peer_kind"] in CHAT_OF_KIND and draw(keep):
+        chat = CHAT_OF_KIND[row["peer_kind"]]
+        body = {**body, "chat_type": chat, "group_id": body.get("group_id") or "room"}
+        body.setdefault(FIELD_OF_CHAT[chat], "someone")
+    if row["parent_peer"] and draw(keep):
+        body |= {"chat_type": "thread", "parent_peer": row["parent_peer"], "thread_id": "t1",
+                 "group_id": body.get("group_id") or "room"}  # fmt: skip
+    if row["guild_id"] and draw(keep):
+        body["guild_id"] = row["guild_id"]
+        if row["roles"] and draw(keep):
+            body["member_roles"] = [*row["roles"][:1], "guest"]
+    if row["team_id"] and draw(keep):
+        body["team_id"] = row["team_id"]
     return body
 
 
@@ -84,11 +146,11 @@ def answer(route):
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-@given(
-    rows=st.lists(stored_bindings(), max_size=14),
-    bodies=st.lists(inbound_messages(), min_size=1, max_size=8),
-)
-def test_a_cold_channel_routes_every_message_as_the_warm_index_does(personas, rows, bodies):
+@given(rows=st.lists(stored_bindings(), max_size=14), data=st.data())
+def test_a_cold_channel_routes_every_message_as_the_warm_index_does(personas, rows, data):
+    anywhere = inbound_messages()
+    aimed = st.sampled_from(rows).flatmap(aimed_messages) if rows else anywhere
+    bodies = data.draw(st.lists(st.one_of(anywhere, aimed, aimed), min_size=1, max_size=10))
     inbound = []
     for number, body in enumerate(bodies):
         try:
