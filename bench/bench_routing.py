@@ -7,12 +7,15 @@ the bindings: the same messages routed against 1,000 bindings take the same
 time, and that ratio is printed too.
 
 Cold is measured as the server meets it: ``RouteIndex.load()`` from SQLite and
-the first message routed (which reads and indexes that message's channel, one
-of four), then every channel loaded; and ``RouteIndex.build()`` from objects
-already in memory (the playground's door). A busy machine slows everything, so
-the cold start is also printed as a ratio to a primary-key fetch of one
-binding timed in the same run: the ratio is the figure judged (a second on a
-busy two-core machine, where a fetch takes ~0.3 ms, is a ratio under ~3,000).
+the first message routed on a channel of 25,000 bindings (one of four). A cold
+channel's message is routed by one indexed lookup a tier, and indexes
+``WARM_ROWS_PER_MESSAGE`` more of the channel's bindings; the messages until the
+channel is warm are timed too (their worst one is printed), then every channel
+loaded at once, and ``RouteIndex.build()`` from objects already in memory (the
+playground's door). A busy machine slows everything, so the cold start is also
+printed as a ratio to a primary-key fetch of one binding timed in the same run:
+that ratio is the figure judged (a second on a busy two-core machine, where a
+fetch takes ~0.5 ms, is a ratio of ~2,000; the target is a tenth of that, 200x).
 
     .venv/bin/python bench/bench_routing.py
 """
@@ -33,6 +36,7 @@ MESSAGES = 100_000
 AGENTS = 20
 CHANNELS = ("slack", "discord", "telegram", "whatsapp")
 TARGET_WARM_MS, TARGET_COLD_S = 0.05, 1.0
+TARGET_COLD_RATIO = 200  # the cold start, in primary-key fetches
 OPENCLAW_WARM_MS, OPENCLAW_COLD_S = 10.0, 0.5
 
 # How the bindings spread over the ladder (the rest, a few, are channel-level "*").
@@ -152,7 +156,7 @@ def route_all(index, inbound) -> tuple[float, float, dict]:
 def main() -> None:
     django_on_fresh_sqlite()
     from chats.gateway.models import Binding
-    from chats.gateway.routing import RouteIndex
+    from chats.gateway.routing import RouteIndex, _tier_sql
     from chats.models import Agent
 
     agents = Agent.objects.bulk_create(
@@ -179,8 +183,47 @@ def main() -> None:
     start = time.perf_counter()
     index = RouteIndex.load()
     cold_load = time.perf_counter() - start
-    resolve_route(first, index=index)
+    first_route = resolve_route(first, index=index)
     cold_first = time.perf_counter() - start
+    # The messages after it on that channel, each indexing a few more bindings, until warm.
+    warming = [
+        m for m in messages(20_000, bounds=tier_counts(BINDINGS)) if m.channel == first.channel
+    ]
+    warming_ms = []
+    for message in warming:
+        if index.is_warm(first.channel):
+            break
+        began = time.perf_counter()
+        resolve_route(message, index=index)
+        warming_ms.append((time.perf_counter() - began) * 1000)
+    assert index.is_warm(first.channel), "the channel did not warm"
+    # The answer a warm index gives the first message: the same.
+    whole = RouteIndex.load()
+    whole.load_every_channel()
+    assert resolve_route(first, index=whole) == first_route, (
+        first_route,
+        resolve_route(first, index=whole),
+    )
+    # The worst first message: a thread in a guild, with roles and a team, that no rule
+    # above the channel's fits, so every tier is looked up.
+    from chats.gateway.inbound import inbound_parse
+
+    worst = inbound_parse(
+        {"channel": first.channel, "chat_type": "thread", "peer": "x", "group_id": "nowhere",
+         "thread_id": "nothread", "guild_id": "noguild", "member_roles": ["r1"],
+         "team_id": "noteam", "account_id": "nobot", "message_id": "w", "text": "hi"}
+    )  # fmt: skip
+    _tier_sql.cache_clear()  # as in a fresh process: each table's SQL is made on first use
+    gc.collect()
+    start = time.perf_counter()
+    index = RouteIndex.load()
+    worst_route = resolve_route(worst, index=index)
+    cold_worst = time.perf_counter() - start
+    assert worst_route == resolve_route(worst, index=whole), worst_route
+    assert worst_route.rule.tier == "channel", worst_route.rule
+    gc.collect()
+    start = time.perf_counter()
+    index = RouteIndex.load()
     index.load_every_channel()
     cold_all = time.perf_counter() - start
     assert index.count == BINDINGS, index.count
@@ -218,16 +261,27 @@ def main() -> None:
     won = ", ".join(f"{tier} {count:,}" for tier, count in sorted(spread_tiers.items()))
     print(f"tiers that won: {won}")
     print(f"primary-key fetch of one binding: median {pk_ms:.3f} ms")
+    cold_ratio = cold_first * 1000 / pk_ms
     print(
-        f"cold, RouteIndex.load() + the first message routed: {cold_first * 1000:.0f} ms "
-        f"(load {cold_load * 1000:.0f} ms; target ≤ {TARGET_COLD_S * 1000:.0f} ms); "
-        f"cold-start ratio to a primary-key fetch: {cold_first * 1000 / pk_ms:,.0f}x; "
+        f"cold start, RouteIndex.load() + the first message routed: {cold_first * 1000:.1f} ms "
+        f"(load {cold_load * 1000:.1f} ms; target ≤ {TARGET_COLD_S * 1000:.0f} ms); "
+        f"cold-start ratio to a primary-key fetch: {cold_ratio:,.0f}x (target ≤ {TARGET_COLD_RATIO}x); "
         f"ratio to OpenClaw's {OPENCLAW_COLD_S * 1000:.0f} ms at 80k: "
-        f"{cold_first / OPENCLAW_COLD_S:.2f}x"
+        f"{cold_first / OPENCLAW_COLD_S:.3f}x"
     )
     print(
-        f"cold, every channel's bindings indexed: {cold_all * 1000:.0f} ms; "
-        f"ratio to a primary-key fetch: {cold_all * 1000 / pk_ms:,.0f}x"
+        f"cold start whose first message looks up every tier (down to the channel rule): "
+        f"{cold_worst * 1000:.1f} ms; ratio to a primary-key fetch: {cold_worst * 1000 / pk_ms:,.0f}x"
+    )
+    print(
+        f"warming: the next {len(warming_ms)} messages on {first.channel} "
+        f"({BINDINGS // len(CHANNELS):,} bindings) indexed it whole; each: median "
+        f"{statistics.median(warming_ms):.1f} ms, worst {max(warming_ms):.1f} ms "
+        f"(ratio to a primary-key fetch: {max(warming_ms) / pk_ms:,.0f}x)"
+    )
+    print(
+        f"every channel's bindings indexed at once (not on any message's path): "
+        f"{cold_all * 1000:.0f} ms; ratio to a primary-key fetch: {cold_all * 1000 / pk_ms:,.0f}x"
     )
     print(
         f"cold, RouteIndex.build() from objects: {cold_build * 1000:.0f} ms; "
@@ -244,7 +298,12 @@ def main() -> None:
         f"{SMALL:,} bindings, {big_median * 1000:.2f} µs at {BINDINGS:,}; "
         f"ratio 100k / 1k: {big_median / small_median:.2f}x (a scan would be ~{BINDINGS // SMALL}x)"
     )
-    verdict = cold_first <= TARGET_COLD_S and spread_median <= TARGET_WARM_MS
+    verdict = (
+        cold_first <= TARGET_COLD_S
+        and cold_ratio <= TARGET_COLD_RATIO
+        and cold_worst * 1000 / pk_ms <= TARGET_COLD_RATIO
+        and spread_median <= TARGET_WARM_MS
+    )
     print(f"within target: {'yes' if verdict else 'NO'}")
 
 

@@ -107,8 +107,16 @@ class Binding(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
-        # The routing index reads one channel's bindings at a time.
-        indexes = [models.Index(fields=["channel"], name="binding_by_channel")]
+        indexes = [
+            # The routing index reads one channel's bindings at a time, in pk order.
+            models.Index(fields=["channel"], name="binding_by_channel"),
+            # A cold channel's message looks up its keys tier by tier: each lookup is a
+            # prefix of this (chats.gateway.routing._tier_arms).
+            models.Index(
+                fields=["channel", "peer", "parent_peer", "guild_id", "team_id", "account_id"],
+                name="binding_by_tier_keys",
+            ),
+        ]
 
     def __str__(self) -> str:
         parts = [f"{k}={v}" for k, v in self.match_fields().items()]

@@ -1,9 +1,11 @@
 """Which agent, which session: the routing index over the bindings ladder (seed ch. 6).
 
 :func:`resolve_route` never scans bindings: a :class:`RouteIndex` keeps one dict
-per tier, keyed by ``(channel, id)``, built once (``RouteIndex.load`` from the
-database, ``RouteIndex.build`` from any binding-shaped objects, for the playground)
-and dropped by :func:`routing_changed` when a binding, an agent, an identity link
+per tier, keyed by ``(channel, id)``, built once (``RouteIndex.build`` from any
+binding-shaped objects, for the playground) or channel by channel as messages
+arrive (``RouteIndex.load`` from the database: until a channel is indexed, its
+messages are routed by one indexed lookup a tier, so a cold start never waits for
+a channel's bindings), and dropped by :func:`routing_changed` when a binding, an agent, an identity link
 or the gateway's settings change. A binding's ``peer`` is matched against
 :attr:`Inbound.routing_peer` (the DM's sender, the group, the thread, the cron
 job); a thread inherits its parent's binding. The tiers and their ties are
@@ -13,15 +15,17 @@ job); a thread inherits its parent's binding. The tiers and their ties are
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, TextField
+from django.db.models import F, Q, TextField
 from django.db.models.functions import Cast
 
 from chats.gateway.ids import (
@@ -115,17 +119,81 @@ _COLUMNS = (
 )
 
 
-def _channel_rows(channel: str) -> list[tuple]:
-    """One channel's bindings as plain tuples, in one query (no model instances, roles as text)."""
-    rows = (
-        Binding.objects.filter(channel=channel)
-        .order_by("pk")
-        .values_list(*_COLUMNS[:7], Cast("roles", output_field=TextField()), "team_id")
-    )
+def _fetch_rows(rows) -> list[tuple]:
+    """A queryset of ``_COLUMNS`` as plain tuples (no model instances, roles as text)."""
     sql, params = rows.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def _columns(rows):
+    return rows.values_list(*_COLUMNS[:7], Cast("roles", output_field=TextField()), "team_id")
+
+
+def _channel_rows(channel: str, after: int = 0, limit: int | None = None) -> list[tuple]:
+    """One channel's bindings past pk ``after``, in pk order, at most ``limit`` of them:
+    one query on ``binding_by_channel``."""
+    rows = _columns(Binding.objects.filter(channel=channel, pk__gt=after).order_by("pk"))
+    return _fetch_rows(rows if limit is None else rows[:limit])
+
+
+_ACCOUNT_OR_CHANNEL = {"peer": "", "parent_peer": "", "guild_id": "", "team_id": ""}
+
+
+def _tier_arms(name: str, key: str) -> list[dict[str, Any]]:
+    """Where a binding of ``name``'s table under ``key`` may be stored: never fewer rows
+    than :func:`_places` puts there (a superset, narrowed after), each arm a prefix of
+    the index ``binding_by_tier_keys`` (channel, peer, parent_peer, guild_id, team_id,
+    account_id) once the channel is added."""
+    if name == "peer":
+        return [{"peer": key}]
+    if name == "parent":  # a parent peer rule, or a peer rule its threads inherit
+        return [{"peer": "", "parent_peer": key}, {"peer": key, "parent_peer": ""}]
+    if name == "wildcard":
+        return [{"peer": ANY_PEER}]
+    if name in ("guild_roles", "guild"):
+        return [{"peer": "", "parent_peer": "", "guild_id": key}]
+    if name == "team":
+        return [{"peer": "", "parent_peer": "", "guild_id": "", "team_id": key}]
+    if name == "account":  # an empty account id is the channel's default account
+        accounts = [key, ""] if key == DEFAULT_ACCOUNT else [key]
+        return [{**_ACCOUNT_OR_CHANNEL, "account_id__in": accounts}]
+    return [{**_ACCOUNT_OR_CHANNEL, "account_id": ANY_ACCOUNT}]
+
+
+def _tier_rows(channel: str, name: str, key: str) -> list[tuple]:
+    """The rows that may sit in one table under one key, in pk order: one indexed query
+    (each arm names the channel, so SQLite looks each up in the index and unions them)."""
+    with connection.cursor() as cursor:
+        cursor.execute(*tier_statement(channel, name, key))
+        return sorted(cursor.fetchall(), key=itemgetter(0))
+
+
+def tier_statement(channel: str, name: str, key: str) -> tuple[str, list]:
+    """The SQL and parameters of :func:`_tier_rows`' query."""
+    sql, params = _tier_sql(connection.vendor, name, key == DEFAULT_ACCOUNT)
+    given = {_CHANNEL: channel, _KEY: key}
+    return sql, [given.get(p, p) if isinstance(p, str) else p for p in params]
+
+
+# Stand-ins for a lookup's channel and key, so each table's SQL is made once, not per message.
+_CHANNEL, _KEY = "\x00channel", "\x00key"
+
+
+@functools.cache
+def _tier_sql(vendor: str, name: str, default_account: bool) -> tuple[str, tuple]:
+    """One table's lookup as SQL with stand-ins (``vendor`` keys the cache: SQL differs)."""
+    key = DEFAULT_ACCOUNT if default_account else _KEY
+    return _columns(_tier_query(_CHANNEL, name, key)).query.sql_with_params()
+
+
+def _tier_query(channel: str, name: str, key: str):
+    where = Q()
+    for arm in _tier_arms(name, key):
+        where |= Q(channel=channel, **arm)
+    # Unordered: ordered by pk, SQLite would walk the channel's whole index to skip a sort.
+    return Binding.objects.filter(where).order_by()
 
 
 _STORED_KIND = {"": None, "direct": "direct", "group": GROUP, "channel": GROUP, "cron": "cron"}
@@ -167,13 +235,65 @@ def _stored_binding(row: tuple, channel: str, slugs: Mapping[int, str]) -> Compi
     )
 
 
+def _places(binding: CompiledBinding) -> tuple[tuple[str, str], ...]:
+    """Which tables of a :class:`RouteIndex` hold ``binding``, and under which key."""
+    tier = binding.tier
+    if tier == Tier.PEER:
+        if not binding.parent_peer and binding.kind in (None, GROUP):
+            return (("peer", binding.peer), ("parent", binding.peer))  # threads inherit it
+        return (("peer", binding.peer),)
+    if tier == Tier.ACCOUNT:
+        return (("account", binding.account or ""),)
+    if tier == Tier.PARENT_PEER:
+        return (("parent", binding.parent_peer),)
+    if tier == Tier.WILDCARD_PEER:
+        return (("wildcard", binding.kind or ""),)
+    if tier == Tier.GUILD_ROLES:
+        return (("guild_roles", binding.guild),)
+    if tier == Tier.GUILD:
+        return (("guild", binding.guild),)
+    if tier == Tier.TEAM:
+        return (("team", binding.team),)
+    return (("channel", ""),)
+
+
+TABLES = ("peer", "parent", "wildcard", "guild_roles", "guild", "team", "account", "channel")
+
+# A cold channel's lookups, remembered until the channel is indexed; past this many,
+# forgotten at once (each is one indexed query to read again), so strangers cannot grow it.
+COLD_MEMO_LIMIT = 20_000
+
+# How many more of a cold channel's bindings each message routed on it indexes, until
+# all are: a few milliseconds a message, never the whole channel at once.
+WARM_ROWS_PER_MESSAGE = 500
+
+
+class _ColdTable:
+    """One table of a channel not yet indexed: each key looked up in the database."""
+
+    __slots__ = ("_channel", "_index", "_name")
+
+    def __init__(self, index: RouteIndex, channel: str, name: str) -> None:
+        self._index, self._channel, self._name = index, channel, name
+
+    def get(self, key: tuple[str, str] | str, default: Any = None) -> tuple[CompiledBinding, ...]:
+        name = self._name
+        return self._index._cold_lookup(self._channel, name, "" if name == "channel" else key[1])
+
+
 class RouteIndex:
     """Bindings by tier, each a dict keyed by ``(channel, id)``; read lock-free.
 
     Built from bindings given at once (:meth:`build`, the playground), or, from
-    the database (:meth:`load`), one channel at a time: a channel's bindings are
-    read and indexed the first time a message on that channel is routed, in one
-    query, so a cold start reads no bindings at all.
+    the database (:meth:`load`), one channel at a time, without ever holding up a
+    message for it. While a channel is cold, a message on it is routed by looking
+    up, in the database, only the keys its origin has, tier by tier down the
+    ladder, stopping at the first tier with a binding that fits: at most one
+    indexed query a tier, however many bindings the channel has. Each such
+    message also indexes :data:`WARM_ROWS_PER_MESSAGE` more of the channel's
+    bindings; once all are, the channel is warm and routed from the dicts alone.
+    Both ways run the one ladder (:meth:`_winner`) over the same tables, so they
+    answer alike.
     """
 
     def __init__(
@@ -185,7 +305,9 @@ class RouteIndex:
         dm_scope: str = DmScope.PER_CHANNEL_PEER,
         identity_links: Mapping[tuple[str, str], str] | None = None,
         version: int = 0,
-        channel_rows: Callable[[str], Iterable[tuple]] | None = None,
+        channel_rows: Callable[[str, int, int | None], list[tuple]] | None = None,
+        tier_rows: Callable[[str, str, str], list[tuple]] | None = None,
+        warm_rows_per_message: int = WARM_ROWS_PER_MESSAGE,
     ) -> None:
         self.agents = {agent.id: agent for agent in agents}
         if default_agent_id not in self.agents:
@@ -202,10 +324,16 @@ class RouteIndex:
         self.team: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.account: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.channel: dict[str, list[CompiledBinding]] = {}
+        self._tables: dict[str, dict] = {name: getattr(self, name) for name in TABLES}
         self.count = 0
         self._channel_rows = channel_rows  # None: every binding was given
+        self._tier_rows = tier_rows
+        self._warm_rows = warm_rows_per_message
         self._loaded: set[str] = set()
+        self._read_up_to: dict[str, int] = {}  # a cold channel's last pk indexed
+        self._cold: dict[str, dict[tuple[str, str], tuple[CompiledBinding, ...]]] = {}
         self._loading = threading.Lock()
+        self._slugs = {agent.id: agent.slug for agent in self.agents.values()}
         with _no_gc_pauses():
             for binding in bindings:
                 self._add(binding)
@@ -216,39 +344,73 @@ class RouteIndex:
         if binding.agent_id not in self.agents:
             return
         self.count += 1
-        tier = binding.tier
         channel = binding.channel
-        if tier == Tier.PEER:
-            self.peer.setdefault((channel, binding.peer), []).append(binding)
-            if not binding.parent_peer and binding.kind in (None, GROUP):
-                self.parent.setdefault((channel, binding.peer), []).append(binding)
-        elif tier == Tier.ACCOUNT:
-            self.account.setdefault((channel, binding.account or ""), []).append(binding)
-        elif tier == Tier.PARENT_PEER:
-            self.parent.setdefault((channel, binding.parent_peer), []).append(binding)
-        elif tier == Tier.WILDCARD_PEER:
-            self.wildcard.setdefault((channel, binding.kind or ""), []).append(binding)
-        elif tier == Tier.GUILD_ROLES:
-            self.guild_roles.setdefault((channel, binding.guild), []).append(binding)
-        elif tier == Tier.GUILD:
-            self.guild.setdefault((channel, binding.guild), []).append(binding)
-        elif tier == Tier.TEAM:
-            self.team.setdefault((channel, binding.team), []).append(binding)
+        tables = self._tables
+        for name, key in _places(binding):
+            where = channel if name == "channel" else (channel, key)
+            tables[name].setdefault(where, []).append(binding)
+
+    def is_warm(self, channel: str) -> bool:
+        """Whether ``channel``'s bindings are all indexed (always, for a built index)."""
+        return self._channel_rows is None or channel in self._loaded
+
+    def _index_rows(self, channel: str, limit: int | None) -> None:
+        """Index the next ``limit`` (None: all the rest) of ``channel``'s bindings; the
+        caller holds ``_loading``."""
+        assert self._channel_rows is not None
+        if channel in self._loaded:
+            return
+        rows = self._channel_rows(channel, self._read_up_to.get(channel, 0), limit)
+        with _no_gc_pauses():
+            for row in rows:
+                self._add(_stored_binding(row, channel, self._slugs))
+        if limit is None or len(rows) < limit:
+            self._loaded.add(channel)
+            self._read_up_to.pop(channel, None)
+            self._cold.pop(channel, None)
         else:
-            self.channel.setdefault(channel, []).append(binding)
+            self._read_up_to[channel] = rows[-1][0]
 
     def load_channel(self, channel: str) -> None:
-        """Index ``channel``'s bindings from the database, once (a no-op for a built index)."""
-        if self._channel_rows is None or channel in self._loaded:
+        """Index all of ``channel``'s bindings now, in one query (a no-op for a built index)."""
+        if self.is_warm(channel):
             return
         with self._loading:
-            if channel in self._loaded:
-                return
-            slugs = {agent.id: agent.slug for agent in self.agents.values()}
-            with _no_gc_pauses():
-                for row in self._channel_rows(channel):
-                    self._add(_stored_binding(row, channel, slugs))
-            self._loaded.add(channel)
+            self._index_rows(channel, None)
+
+    def _warm_some(self, channel: str) -> None:
+        """Index a few more of a cold channel's bindings, unless another thread is at it."""
+        if self._warm_rows <= 0 or not self._loading.acquire(blocking=False):
+            return
+        try:
+            self._index_rows(channel, self._warm_rows)
+        finally:
+            self._loading.release()
+
+    def _cold_lookup(self, channel: str, name: str, key: str) -> tuple[CompiledBinding, ...]:
+        """What table ``name`` would hold under ``key`` once ``channel`` is indexed, read
+        from the database in one indexed query, and remembered until it is."""
+        memo = self._cold.setdefault(channel, {})
+        found = memo.get((name, key))
+        if found is not None:
+            return found
+        assert self._tier_rows is not None
+        rows = self._tier_rows(channel, name, key)
+        # guild+roles and guild rules share a query: keep both answers.
+        names = ("guild_roles", "guild") if name in ("guild_roles", "guild") else (name,)
+        kept: dict[str, list[CompiledBinding]] = {n: [] for n in names}
+        for row in rows:
+            binding = _stored_binding(row, channel, self._slugs)
+            if binding.agent_id not in self.agents:
+                continue
+            for place, place_key in _places(binding):
+                if place in kept and place_key == key:
+                    kept[place].append(binding)
+        if len(memo) >= COLD_MEMO_LIMIT:
+            memo.clear()
+        for n, bindings in kept.items():
+            memo[(n, key)] = tuple(bindings)
+        return memo[(name, key)]
 
     @classmethod
     def build(
@@ -298,9 +460,8 @@ class RouteIndex:
             )
 
     @classmethod
-    def load(cls) -> RouteIndex:
-        """From the database, in three queries; each channel's bindings in one more, when
-        a message on it is first routed (:meth:`load_channel`)."""
+    def load(cls, *, warm_rows_per_message: int = WARM_ROWS_PER_MESSAGE) -> RouteIndex:
+        """From the database, in four queries and no bindings: every channel starts cold."""
         config = gateway_config()  # read first: a change after this only makes the index newer
         default = default_agent()
         agents = [
@@ -317,6 +478,8 @@ class RouteIndex:
             identity_links=links,
             version=config.routing_version,
             channel_rows=_channel_rows,
+            tier_rows=_tier_rows,
+            warm_rows_per_message=warm_rows_per_message,
         )
 
     def load_every_channel(self) -> None:
@@ -328,9 +491,21 @@ class RouteIndex:
 
     def winner(self, inbound: Inbound) -> tuple[CompiledBinding | None, Tier]:
         """The first tier down the ladder with a binding that fits."""
+        binding, tier, _ = self._winner(inbound)
+        return binding, tier
+
+    def _winner(self, inbound: Inbound) -> tuple[CompiledBinding | None, Tier, bool]:
+        """:meth:`winner`, and whether the channel was warm (its bindings kept, not read)."""
         channel = inbound.channel
-        if channel not in self._loaded and self._channel_rows is not None:
-            self.load_channel(channel)
+        warm = self._channel_rows is None or channel in self._loaded
+        if warm:
+            peers, parents, wildcards = self.peer, self.parent, self.wildcard
+            guild_roles, guilds, teams = self.guild_roles, self.guild, self.team
+            accounts, channels = self.account, self.channel
+        else:
+            peers, parents, wildcards, guild_roles, guilds, teams, accounts, channels = (
+                _ColdTable(self, channel, name) for name in TABLES
+            )
         probe = Probe(
             inbound.account_id,
             fold_id(channel, inbound.routing_peer),
@@ -340,53 +515,71 @@ class RouteIndex:
             inbound.member_roles,
             inbound.team_id,
         )
+        binding, tier = self._ladder(
+            probe, channel, peers, parents, wildcards, guild_roles, guilds, teams, accounts,
+            channels,
+        )  # fmt: skip
+        if not warm:
+            self._warm_some(channel)
+        return binding, tier, warm
+
+    @staticmethod
+    def _ladder(
+        probe, channel, peers, parents, wildcards, guild_roles, guilds, teams, accounts, channels
+    ) -> tuple[CompiledBinding | None, Tier]:
+        """Down the ladder over the tables given (a warm channel's dicts, or a cold one's
+        lookups); each table is consulted only when the origin has its key."""
         peer = probe.peer
         if peer:
-            for binding in self.peer.get((channel, peer), _NO_BINDINGS):
+            for binding in peers.get((channel, peer), _NO_BINDINGS):
                 if binding.fits(probe):
                     return binding, Tier.PEER
         parent = probe.parent
         if parent:
-            for binding in self.parent.get((channel, parent), _NO_BINDINGS):
+            for binding in parents.get((channel, parent), _NO_BINDINGS):
                 if binding.fits(probe, inherited=binding.tier == Tier.PEER):
                     return binding, Tier.PARENT_PEER
         if peer:
-            for binding in self.wildcard.get((channel, probe.kind or ""), _NO_BINDINGS):
+            for binding in wildcards.get((channel, probe.kind or ""), _NO_BINDINGS):
                 if binding.fits(probe):
                     return binding, Tier.WILDCARD_PEER
         guild = probe.guild
         if guild:
             if probe.roles:
-                for binding in self.guild_roles.get((channel, guild), _NO_BINDINGS):
+                for binding in guild_roles.get((channel, guild), _NO_BINDINGS):
                     if binding.fits(probe):
                         return binding, Tier.GUILD_ROLES
-            for binding in self.guild.get((channel, guild), _NO_BINDINGS):
+            for binding in guilds.get((channel, guild), _NO_BINDINGS):
                 if binding.fits(probe):
                     return binding, Tier.GUILD
         if probe.team:
-            for binding in self.team.get((channel, probe.team), _NO_BINDINGS):
+            for binding in teams.get((channel, probe.team), _NO_BINDINGS):
                 if binding.fits(probe):
                     return binding, Tier.TEAM
-        for binding in self.account.get((channel, probe.account), _NO_BINDINGS):
+        for binding in accounts.get((channel, probe.account), _NO_BINDINGS):
             if binding.fits(probe):
                 return binding, Tier.ACCOUNT
-        for binding in self.channel.get(channel, _NO_BINDINGS):
+        for binding in channels.get(channel, _NO_BINDINGS):
             if binding.fits(probe):
                 return binding, Tier.CHANNEL
         return None, Tier.DEFAULT
 
     def resolve(self, inbound: Inbound, *, dm_scope: str | None = None) -> Route:
-        binding, tier = self.winner(inbound)
+        binding, tier, warm = self._winner(inbound)
         if binding is None:
             agent, rule = self.default, self._default_rule
         else:
             agent = self.agents[binding.agent_id]
-            known = self._rules.get((id(binding), tier))
+            # A warm binding lives as long as the index, so its rule is made once; a cold
+            # one was read for this message.
+            known = self._rules.get((id(binding), tier)) if warm else None
             if known is None:
                 label = binding.label
                 if tier != binding.tier:  # a peer binding reached through a thread's parent
                     label = f"{tier} (inherited from {label})"
-                known = self._rules.setdefault((id(binding), tier), Rule(tier, binding.id, label))
+                known = Rule(tier, binding.id, label)
+                if warm:
+                    known = self._rules.setdefault((id(binding), tier), known)
             rule = known
         scope = dm_scope or self.dm_scope
         main_key = main_key_for(inbound, dm_scope=scope, identity_links=self.identity_links)

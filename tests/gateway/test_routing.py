@@ -315,25 +315,6 @@ def test_a_second_default_agent_cannot_exist(personas):
         AgentFactory(slug="other", is_default=True)
 
 
-def test_a_cold_start_reads_no_bindings_and_each_channel_is_read_once(
-    personas, django_assert_num_queries
-):
-    Binding.objects.bulk_create(
-        [Binding(agent=personas["work"], channel="slack", peer=f"p{i}", peer_kind="direct")
-         for i in range(50)]
-        + [Binding(agent=personas["home"], channel="telegram", account_id="*")]
-    )  # fmt: skip
-    with django_assert_num_queries(4):  # settings, default agent, agents, identity links
-        index = RouteIndex.load()
-    with django_assert_num_queries(1):  # slack's fifty bindings, in one query
-        assert index.resolve(message(channel="slack", peer="p7")).agent.slug == "work"
-    with django_assert_num_queries(0):  # slack is indexed now
-        assert index.resolve(message(channel="slack", peer="p8")).rule.tier == Tier.PEER
-    with django_assert_num_queries(1):
-        assert index.resolve(message(channel="telegram", peer="x")).rule.tier == Tier.CHANNEL
-    assert index.count == 51
-
-
 def test_a_stored_binding_reads_back_as_the_ladder_compiles_it(personas):
     made = [
         Binding.objects.create(agent=personas["work"], channel="Slack", peer="U1", peer_kind="group"),
