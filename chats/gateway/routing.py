@@ -498,14 +498,17 @@ class RouteIndex:
         """:meth:`winner`, and whether the channel was warm (its bindings kept, not read)."""
         channel = inbound.channel
         warm = self._channel_rows is None or channel in self._loaded
+        # A warm channel's dicts, or a cold one's lookups: both answer .get(key, default).
+        tables: tuple[Any, ...]
         if warm:
-            peers, parents, wildcards = self.peer, self.parent, self.wildcard
-            guild_roles, guilds, teams = self.guild_roles, self.guild, self.team
-            accounts, channels = self.account, self.channel
-        else:
-            peers, parents, wildcards, guild_roles, guilds, teams, accounts, channels = (
-                _ColdTable(self, channel, name) for name in TABLES
+            tables = (
+                *(self.peer, self.parent, self.wildcard),
+                *(self.guild_roles, self.guild, self.team),
+                *(self.account, self.channel),
             )
+        else:
+            tables = tuple(_ColdTable(self, channel, name) for name in TABLES)
+        peers, parents, wildcards, guild_roles, guilds, teams, accounts, channels = tables
         probe = Probe(
             inbound.account_id,
             fold_id(channel, inbound.routing_peer),

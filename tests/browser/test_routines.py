@@ -14,7 +14,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from chats.engines.scripted import OUT_OF_SCRIPT
+from chats.engines.scripted import NO_MODEL
 from chats.gateway.models import Routine, RoutineRun, RunState, RunTrigger
 from chats.models import Lane
 
@@ -62,7 +62,7 @@ def test_a_routine_made_in_the_browser_runs_now_and_its_run_arrives(
     expect(run_row).to_have_count(1)
     # The runner plays the reply; the history asks again until the run has ended.
     expect(run_row).to_have_attribute("data-state", "completed", timeout=30_000)
-    expect(run_row.locator(".rt-result")).to_have_text(OUT_OF_SCRIPT)
+    expect(run_row.locator(".rt-result")).to_have_text(NO_MODEL.format(persona="Conch"))
     expect(run_row.locator(".tier")).to_have_text("completed")
     assert page.evaluate("window.stillTheSamePage") is True  # swapped, not reloaded
 
@@ -74,4 +74,4 @@ def test_a_routine_made_in_the_browser_runs_now_and_its_run_arrives(
     run_row.get_by_role("link", name=run.conversation.title).click()
     row = page.locator(f"#row-{run.conversation.public_id}")
     expect(row.locator(".origin")).to_have_text("from a routine")
-    expect(page.locator("#transcript")).to_contain_text(OUT_OF_SCRIPT)
+    expect(page.locator("#transcript")).to_contain_text(NO_MODEL.format(persona="Conch"))
