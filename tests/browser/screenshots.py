@@ -1,5 +1,7 @@
-"""Make the README's screenshots: the chat list and a chat page, light and dark,
-and a chat page with ADR 0134's cards (a look at the other chats, a held message).
+"""Make the README's screenshots: the chat list (with a held badge) and a chat page
+(a Markdown reply with code), light and dark; a chat in Ask mode showing the diff
+it asks to make; and a chat page with ADR 0134's cards (a look at the other
+chats, a held message).
 
     .venv/bin/python -m tests.browser.screenshots [--out docs/screenshots]
 
@@ -24,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 
 
-def build_workspace(home: Path) -> tuple[str, str, str]:
+def build_workspace(home: Path) -> tuple[str, str, str, str]:
     """Chats in every state. Returns a sign-in token, the chat page to photograph,
-    and the chat whose page shows ADR 0134's cards."""
+    the chat whose page shows ADR 0134's cards, and the chat asking for an OK."""
     from django.core.management import call_command
     from django.utils import timezone
 
@@ -49,6 +51,7 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
         "def total(items):\n    return round(sum(i.price * i.qty for i in items))\n"
     )
     (docs / "CHANGES.md").write_text("# Changes\n")
+    (deploy / "staging.env").write_text("VERSION=2.3.1\nREPLICAS=2\nHEALTH_TIMEOUT=30\n")
     agent = Agent.objects.create(
         slug="main", name="Conch", workspace=str(shop), is_default=True, engine="scripted"
     )
@@ -78,6 +81,10 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
         [
             [
                 {"tool": "list_files", "args": {}},
+                {
+                    "tool": "edit_file",
+                    "args": {"path": "staging.env", "old": "VERSION=2.3.1", "new": "VERSION=2.4.0"},
+                },
                 {"tool": "run_command", "args": {"command": "./deploy.sh staging"}},
             ]
         ],
@@ -101,8 +108,14 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
                     },
                 },
                 {
-                    "say": "Totals were rounded to whole units, so €19.99 came out as €20. "
-                    "They now keep the cents (quantize to 0.01)."
+                    "say": "Totals were rounded to **whole units**, so €19.99 came out as "
+                    "€20. They now keep the cents:\n\n"
+                    "```python\n"
+                    "def total(items):\n"
+                    "    return sum(i.price * i.qty for i in items).quantize(CENT)\n"
+                    "```\n\n"
+                    '- `CENT` is `Decimal("0.01")`\n'
+                    "- prices are `Decimal`, never `float`"
                 },
             ],
         ],
@@ -169,11 +182,17 @@ def build_workspace(home: Path) -> tuple[str, str, str]:
         start_reply=True,
     )
 
+    # The replies above were scripted; the pictures show Conch as a person with a model
+    # connected sees it (the server below runs no runner, so nothing asks the model).
+    Agent.objects.filter(pk=agent.pk).update(
+        engine="openai",
+        engine_config={"base_url": "http://127.0.0.1:11434/v1", "model": "qwen2.5-coder:7b"},
+    )
     assert Turn.objects.filter(conversation=watch, state=TurnState.NEEDS_YOU).exists()
     notes.refresh_from_db()
     assert fix.turns.count() == 2 and notes.status == Status.WORKING
     assert ChatMessage.objects.get().state == MessageState.HELD
-    return signin_link_create(user=owner), fix.public_id, review.public_id
+    return signin_link_create(user=owner), fix.public_id, review.public_id, watch.public_id
 
 
 def play_only(turn) -> None:
@@ -210,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
     import django
 
     django.setup()
-    token, chat_id, cards_id = build_workspace(home)
+    token, chat_id, cards_id, asking_id = build_workspace(home)
 
     server = subprocess.Popen(
         [sys.executable, "-m", "tests.browser.server", "--no-runner"],
@@ -230,14 +249,16 @@ def main(argv: list[str] | None = None) -> None:
         if port is None:
             raise RuntimeError("the server did not start")
         base = f"http://127.0.0.1:{port}"
-        photograph(base, token, chat_id, cards_id, out)
+        photograph(base, token, chat_id, cards_id, asking_id, out)
     finally:
         server.terminate()
         server.wait(10)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def photograph(base: str, token: str, chat_id: str, cards_id: str, out: Path) -> None:
+def photograph(
+    base: str, token: str, chat_id: str, cards_id: str, asking_id: str, out: Path
+) -> None:
     from playwright.sync_api import expect, sync_playwright
 
     with sync_playwright() as playwright:
@@ -260,6 +281,12 @@ def photograph(base: str, token: str, chat_id: str, cards_id: str, out: Path) ->
             page.screenshot(path=str(out / f"chat-page-{scheme}.png"))
             print(f"wrote {out}/chat-list-{scheme}.png and {out}/chat-page-{scheme}.png")
         page.emulate_media(color_scheme="light", reduced_motion="reduce")
+        page.goto(f"{base}/c/{asking_id}/")
+        expect(page.locator("body")).to_have_attribute("data-socket", "open")
+        asking = page.get_by_role("button", name="Approve")
+        asking.scroll_into_view_if_needed()
+        page.screenshot(path=str(out / "ask-diff-light.png"))
+        print(f"wrote {out}/ask-diff-light.png")
         page.goto(f"{base}/c/{cards_id}/")
         expect(page.locator("body")).to_have_attribute("data-socket", "open")
         expect(page.locator(".card-message .badge")).to_have_text("held for you")
