@@ -34,7 +34,12 @@ from chats.models import (
     new_chain_id,
 )
 from chats.quoting import not_as_conch
-from chats.runtime.chats import ConchError, conversation_create, entry_append
+from chats.runtime.chats import (
+    ConchError,
+    conversation_create,
+    conversation_title_from_first_message,
+    entry_append,
+)
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +110,7 @@ def message_send(*, conversation: Conversation, text: str) -> Turn | QueuedInput
         raise ConchError(ERR_EMPTY_MESSAGE)
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation.pk)
+        conversation_title_from_first_message(conversation=conversation, text=text)
         if conversation.turns.filter(ended_at__isnull=True).exists():
             queued = QueuedInput.objects.create(conversation=conversation, text=text)
             events.publish_chat(conversation, queued=True)

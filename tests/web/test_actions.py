@@ -139,7 +139,7 @@ def test_a_refused_send_without_javascript_keeps_the_text(signed_in, chat):
     html = response.content.decode()
     assert ERR_EMPTY_MESSAGE in html
     assert (
-        '<textarea id="composer-text" name="text" rows="3" placeholder="Tell it what to do…" data-enter-sends> \n </textarea>'
+        '<textarea id="composer-text" name="text" rows="3" placeholder="Tell it what to do…" data-enter-sends autofocus> \n </textarea>'
         in html
     )
 
