@@ -4,9 +4,7 @@
  * - After an action whose form carries data-focus-after="<selector>", focus
  *   lands there once its regions are swapped in: the pressed mode after a
  *   mode change, the message box after Stop. The form itself may be gone by
- *   then (its region was replaced); htmx re-fires afterRequest on the nearest
- *   ancestor still in the page, so the body hears it, and the form is known
- *   by its request.
+ *   then (its region was replaced), so this listens to the request itself.
  * - A menu (<details class="menu">) closed after its form was answered
  *   (data-closes-details, as Rename) gives focus back to its summary.
  * - A region pushed again over the socket keeps the focus on the control
@@ -36,32 +34,31 @@
     return (live || details).querySelector('summary');
   }
 
-  // The form behind each request, by its XMLHttpRequest: when the form's region is
-  // replaced, afterRequest comes again from an ancestor, with that ancestor as its elt.
-  var forms = new WeakMap();
-
+  // Heard from the request itself, once it has loaded and htmx has swapped in what
+  // it brought: the form's region may have been replaced by then, and htmx's own
+  // events would come from somewhere else, or not reach the body at all.
   body.addEventListener('htmx:beforeRequest', function (evt) {
-    var elt = evt.detail.elt;
-    if (elt && elt.tagName === 'FORM' && evt.detail.xhr) { forms.set(evt.detail.xhr, elt); }
+    var form = evt.detail.elt;
+    var xhr = evt.detail.xhr;
+    if (!form || form.tagName !== 'FORM' || !xhr) { return; }
+    if (!form.hasAttribute('data-focus-after') && !form.hasAttribute('data-closes-details')) { return; }
+    xhr.addEventListener('loadend', function () {
+      if (xhr.status >= 200 && xhr.status < 300) { answered(form); }
+    });
   });
 
-  body.addEventListener('htmx:afterRequest', function (evt) {
-    var form = evt.detail.xhr ? forms.get(evt.detail.xhr) : null;
-    if (!form || !evt.detail.successful) { return; }
-    forms.delete(evt.detail.xhr); // heard once: from the form, or from what is left of it
+  function answered(form) {
     var selector = form.getAttribute('data-focus-after');
     if (selector) {
       window.setTimeout(function () { focusSoon(document.querySelector(selector)); }, 0);
       return;
     }
-    if (form.hasAttribute('data-closes-details')) {
-      var details = form.closest('details');
-      if (details) {
-        details.open = false;
-        focusSoon(summaryOf(details));
-      }
+    var details = form.closest('details');
+    if (details) {
+      details.open = false;
+      focusSoon(summaryOf(details));
     }
-  });
+  }
 
   // ---------------------------------------------------------------- focus across pushes
 
@@ -77,11 +74,14 @@
 
   body.addEventListener('htmx:oobAfterSwap', function () {
     if (!refocus) { return; }
-    var again = document.getElementById(refocus);
-    if (again && document.activeElement !== again && (document.activeElement === body || !document.activeElement)) {
-      again.focus();
-    }
-    if (again) { refocus = null; }
+    var id = refocus;
+    refocus = null;
+    // Once every handler of this swap has run (conch-steps.js opens the steps that were open).
+    window.setTimeout(function () {
+      var again = document.getElementById(id);
+      var active = document.activeElement;
+      if (again && (!active || active === body)) { again.focus({ preventScroll: true }); }
+    }, 0);
   });
 
   // ---------------------------------------------------------------- Escape

@@ -12,7 +12,10 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from django.utils import timezone
+
 from chats.models import Conversation, Mode, QueuedInput
+from chats.runtime.turns import conversation_stop
 from tests.browser.conftest import watch
 from tests.factories import ChatFactory
 
@@ -143,6 +146,7 @@ def test_a_message_sent_while_working_shows_queued_and_can_be_cancelled(
     composer.fill("Then <b>the docs</b>")
     composer.press("Enter")
     expect(page.locator("#transcript > li.queued")).to_have_count(1)
+    expect(composer).to_have_value("")  # the server took it: the composer is free again
     composer.fill("And the tests")
     page.get_by_label("Message").press("Enter")
 
@@ -164,10 +168,13 @@ def test_a_message_sent_while_working_shows_queued_and_can_be_cancelled(
     assert list(QueuedInput.objects.values_list("text", flat=True)) == ["And the tests"]
     assert focused_id(page) == "composer-text"
 
-    # Too late: the reply takes it while the other tab still shows Cancel.
+    # Too late: a reply took it while the other tab still shows Cancel. (Changes made
+    # here reach no page: the reply is stopped quietly, then its message taken.)
     second.page.bring_to_front()
     stale = second.page.locator("#transcript > li.queued").first
-    QueuedInput.objects.update(taken_at="2026-01-01T00:00:00Z")
+    conversation_stop(conversation=chat)
+    expect(stale).to_be_visible()
+    QueuedInput.objects.update(taken_at=timezone.now())
     stale.get_by_role("button", name="Cancel").click()
     expect(second.page.locator("#flash")).to_have_text(
         "Too late to cancel: the reply already took that message."
