@@ -4,20 +4,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('chats', '0007_agent_stranger_tools'),
+        ("chats", "0007_agent_stranger_tools"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='conversation',
-            name='untitled',
-            field=models.BooleanField(default=False, help_text="Started without a title: the person's first message gives it one."),
+            model_name="conversation",
+            name="untitled",
+            field=models.BooleanField(
+                default=False,
+                help_text="Started without a title: the person's first message gives it one.",
+            ),
         ),
         migrations.AddField(
-            model_name='step',
-            name='changes',
-            field=models.JSONField(blank=True, default=list, help_text="Each file's change as the person sees it: a diff, or a new file's words (chats.tools.diffs), secrets scrubbed."),
+            model_name="step",
+            name="changes",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Each file's change as the person sees it: a diff, or a new file's words (chats.tools.diffs), secrets scrubbed.",
+            ),
         ),
     ]

@@ -276,7 +276,9 @@ def chat_pending_turn(*, conversation: Conversation) -> Turn | None:
 
 def chat_queued(*, conversation: Conversation) -> list[QueuedInput]:
     """The person's messages waiting for the running reply to end, oldest first. One query."""
-    return list(conversation.queued_inputs.filter(taken_at__isnull=True).order_by("created_at", "pk"))
+    return list(
+        conversation.queued_inputs.filter(taken_at__isnull=True).order_by("created_at", "pk")
+    )
 
 
 def chat_tasks(*, conversation: Conversation) -> list[Task]:

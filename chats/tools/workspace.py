@@ -278,7 +278,10 @@ def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
 def _preview_write(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
     real = confine(ctx.folder, args["path"])
     before, too_large = _text_before(ctx.folder, args["path"], real)
-    return {"kind": diffs.PREVIEW_FILE, **_change(ctx, real, before, args["content"], too_large=too_large)}
+    return {
+        "kind": diffs.PREVIEW_FILE,
+        **_change(ctx, real, before, args["content"], too_large=too_large),
+    }
 
 
 def _preview_edit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import expect
-
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from chats.models import Conversation, Mode, QueuedInput
 from chats.runtime.turns import conversation_stop

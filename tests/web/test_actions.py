@@ -88,8 +88,9 @@ def test_a_file_is_not_a_folder(signed_in, workspace):
     assert response.context["form"].errors == {"folder": [ERR_FOLDER_NOT_DIR.format(path=path)]}
 
 
-def test_a_chat_needs_a_title_and_a_known_agent_and_mode(signed_in):
-    response = new_chat(signed_in, title="  ", agent=9999, mode="yolo")
+def test_a_chat_needs_a_title_that_fits_and_a_known_agent_and_mode(signed_in):
+    # An empty title is allowed (the first message names the chat: test_untitled.py).
+    response = new_chat(signed_in, title="x" * 121, agent=9999, mode="yolo")
 
     assert response.status_code == 400
     assert set(response.context["form"].errors) == {"title", "agent", "mode"}

@@ -104,7 +104,10 @@ def test_an_edit_that_would_fail_says_so_before_the_ok(signed_in, owner, workspa
 
     box = request_box(page(signed_in, chat))
 
-    assert "If you approve, it will fail: The text to replace was not found in &#x27;app.py&#x27;." in box
+    assert (
+        "If you approve, it will fail: The text to replace was not found in &#x27;app.py&#x27;."
+        in box
+    )
 
 
 def test_a_command_shows_its_line_and_its_folder(signed_in, owner, workspace):
