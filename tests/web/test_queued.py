@@ -64,6 +64,7 @@ def test_cancel_too_late_says_the_reply_took_it(
     assert response.status_code == 409
     html = response.content.decode()
     assert ERR_QUEUED_TAKEN in html and 'id="flash"' in html
+    assert f'id="queued-{queued.pk}"' not in html  # the fresh page shows it taken, not queued
     assert QueuedInput.objects.get(pk=queued.pk).taken_at is not None
     assert chat.turns.order_by("number").last().entries.first().text == "and <b>then</b> this"
 
