@@ -128,7 +128,9 @@ def test_a_message_sent_while_working_shows_queued_and_can_be_cancelled(
         agent=agent,
         folder=workspace,
         title="Busy",
-        reply=[{"tool": "list_files", "args": {}, "delay": STEP}] * 40,
+        # A step a second: the transcript, swapped in at each, holds still long
+        # enough between them for a click to land on Cancel.
+        reply=[{"tool": "list_files", "args": {}, "delay": 1.0}] * 40,
     )
     first, second = watch(browser_context.new_page()), watch(browser_context.new_page())
     sign_in(first)
@@ -165,20 +167,54 @@ def test_a_message_sent_while_working_shows_queued_and_can_be_cancelled(
     expect(queued.first.locator(".text")).to_have_text("And the tests")
     expect(second.page.locator("#transcript > li.queued")).to_have_count(1)
     assert list(QueuedInput.objects.values_list("text", flat=True)) == ["And the tests"]
-    assert focused_id(page) == "composer-text"
+    expect(composer).to_be_focused()
 
-    # Too late: a reply took it while the other tab still shows Cancel. (Changes made
-    # here reach no page: the reply is stopped quietly, then its message taken.)
-    second.page.bring_to_front()
-    stale = second.page.locator("#transcript > li.queued").first
-    conversation_stop(conversation=chat)
-    expect(stale).to_be_visible()
+
+def test_a_cancel_that_comes_too_late_says_so_even_if_a_push_replaced_its_form(
+    browser_context, sign_in, conch_server, owner, agent, workspace
+):
+    """The reply waits for an OK, so nothing is pushed but what this test causes."""
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        mode=Mode.ASK,
+        title="Waiting",
+        reply=[{"tool": "write_file", "args": {"path": "a.txt", "content": "a"}}],
+    )
+    first, second = watch(browser_context.new_page()), watch(browser_context.new_page())
+    sign_in(first)
+    open_chat(first, conch_server, chat)
+    open_chat(second, conch_server, chat)
+    page = first.page
+    page.bring_to_front()
+    composer = page.get_by_label("Message")
+    composer.fill("Write a")
+    composer.press("Enter")
+    expect(page.locator(".request")).to_contain_text("It needs your OK")
+    composer.fill("Then b")
+    composer.press("Enter")
+    queued = page.locator("#transcript > li.queued")
+    expect(queued).to_have_count(1)
+    # A reply took it meanwhile (changed here, this reaches no page).
     QueuedInput.objects.update(taken_at=timezone.now())
-    stale.get_by_role("button", name="Cancel").click()
-    expect(second.page.locator("#flash")).to_have_text(
+
+    # The Cancel's answer is held back until a push from the other tab has
+    # replaced the transcript, and with it the form that asked.
+    held = []
+    page.route("**/queued/*/cancel/", lambda route: held.append(route))
+    queued.get_by_role("button", name="Cancel").click()
+    page.wait_for_function("document.querySelector('#transcript .queued button[disabled]')")
+    assert len(held) == 1
+    second.page.get_by_label("Message").fill("And c")
+    second.page.get_by_label("Message").press("Enter")
+    expect(queued.locator(".text")).to_have_text(["And c"])  # "Then b" shows as taken now
+    held[0].continue_()
+
+    expect(page.locator("#flash")).to_have_text(
         "Too late to cancel: the reply already took that message."
     )
-    expect(second.page.locator("#transcript > li.queued")).to_have_count(0)
+    expect(queued.locator(".text")).to_have_text(["And c"])
 
 
 # ---------------------------------------------------------------------------
