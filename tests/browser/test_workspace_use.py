@@ -14,7 +14,6 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from chats.models import Conversation, Mode, QueuedInput
-from chats.runtime.turns import conversation_stop
 from tests.browser.conftest import watch
 from tests.factories import ChatFactory
 
