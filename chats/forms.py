@@ -43,6 +43,8 @@ def folder_clean(raw: str) -> str:
 class NewChatForm(forms.Form):
     title = forms.CharField(
         max_length=LIMITS.title_chars,
+        required=False,
+        help_text="Leave it empty and your first message names the chat.",
         widget=forms.TextInput(attrs={"placeholder": "Fix the login bug", "autocomplete": "off"}),
     )
     folder = forms.CharField(

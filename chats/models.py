@@ -203,6 +203,10 @@ class Conversation(models.Model):
     )
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="chats")
     title = models.CharField(max_length=LIMITS.title_chars)
+    untitled = models.BooleanField(
+        default=False,
+        help_text="Started without a title: the person's first message gives it one.",
+    )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.IDLE)
     origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.OWN)
     origin_channel = models.CharField(
@@ -422,6 +426,12 @@ class Step(models.Model):
     result = models.TextField(blank=True, help_text="What the tool said, cut short.")
     error = models.TextField(blank=True)
     files = models.JSONField(default=list, blank=True, help_text="Full paths this step changed.")
+    changes = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Each file's change as the person sees it: a diff, or a new file's words "
+        "(chats.tools.diffs), secrets scrubbed.",
+    )
     started_at = models.DateTimeField(default=timezone.now)
     ended_at = models.DateTimeField(null=True, blank=True)
     # A command's process group, recorded as it starts: after a kill -9 of Conch the

@@ -102,7 +102,12 @@ def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
     """The transcript, with each card explained as it is now (chats/cards.py)."""
     blocks = selectors.chat_transcript(conversation=conversation)
     cards.cards_load(conversation=conversation, blocks=blocks)
-    return {"chat": conversation, "blocks": blocks, "inbounds": Inbound.choices}
+    return {
+        "chat": conversation,
+        "blocks": blocks,
+        "inbounds": Inbound.choices,
+        "queued": selectors.chat_queued(conversation=conversation),
+    }
 
 
 def chat_context(*, conversation: Conversation) -> dict[str, Any]:

@@ -13,6 +13,11 @@ urlpatterns = [
     path("c/<str:public_id>/regions/", views.chat_regions, name="chat-regions"),
     path("c/<str:public_id>/send/", views.chat_send, name="chat-send"),
     path("c/<str:public_id>/stop/", views.chat_stop, name="chat-stop"),
+    path(
+        "c/<str:public_id>/queued/<int:queued_id>/cancel/",
+        views.chat_queued_cancel,
+        name="chat-queued-cancel",
+    ),
     path("c/<str:public_id>/approve/", views.chat_approve, name="chat-approve"),
     path("c/<str:public_id>/deny/", views.chat_deny, name="chat-deny"),
     path("c/<str:public_id>/mode/", views.chat_mode, name="chat-mode"),

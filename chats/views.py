@@ -42,6 +42,7 @@ from chats.runtime.turns import (
     conversation_delete,
     conversation_stop,
     message_send,
+    queued_input_cancel,
     turn_approve,
     turn_deny,
 )
@@ -224,6 +225,18 @@ def chat_send(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
 def chat_stop(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     conversation_stop(conversation=chat, by="person")
+    return respond_done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_queued_cancel(request: HtmxHttpRequest, public_id: str, queued_id: int) -> HttpResponse:
+    """Cancel a message still queued behind the running reply; a 409 if a reply took it."""
+    chat = get_chat_for_user(request, public_id)
+    try:
+        queued_input_cancel(conversation=chat, queued_id=queued_id)
+    except ConchError as exc:
+        return respond_refused(request, chat, str(exc), status=409)
     return respond_done(request, chat)
 
 

@@ -136,6 +136,25 @@
     }
   });
 
+  // A form whose region a push replaced while its request was out: htmx drops the
+  // answer (its events leave from a form no longer in the page), so the answer's
+  // regions and its refusal (a Cancel that came too late) are swapped in here.
+  body.addEventListener('htmx:beforeRequest', function (evt) {
+    var form = evt.detail.elt;
+    var xhr = evt.detail.xhr;
+    if (!form || form.tagName !== 'FORM' || !xhr) { return; }
+    var lost = false;
+    xhr.addEventListener('readystatechange', function () { // before htmx's onload
+      if (xhr.readyState === 4) { lost = !body.contains(form); }
+    });
+    xhr.addEventListener('loadend', function () {
+      var answered = xhr.status === 200 || REFUSALS.indexOf(xhr.status) >= 0;
+      if (lost && answered && xhr.responseText) {
+        htmx.swap(body, xhr.responseText, { swapStyle: 'none' });
+      }
+    });
+  });
+
   // Any other failure (a network error, a 404, a 500) says so where the person
   // is looking. The composer's text is only cleared after a success, so it stays.
   function showFailure(evt, message) {

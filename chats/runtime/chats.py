@@ -27,10 +27,12 @@ from chats.models import (
     Taint,
     Turn,
 )
+from chats.quoting import scrub_secrets
 from chats.taint import taint_raise
 
 ERR_TITLE_TOO_LONG = "A chat's title is at most {chars} characters."
 ERR_TITLE_LENGTH = "A chat's title must be 1 to {chars} characters."
+UNTITLED = "New chat"
 
 
 class ConchError(Exception):
@@ -88,8 +90,9 @@ def conversation_create(
     public_id: str | None = None,
 ) -> Conversation:
     title = (title or "").strip()
-    if not title:
-        raise ConchError("A chat needs a title.")
+    # Left untitled, it is "New chat" until the person's first message names it.
+    untitled = not title
+    title = title or UNTITLED
     if len(title) > LIMITS.title_chars:
         raise ConchError(ERR_TITLE_TOO_LONG.format(chars=LIMITS.title_chars))
     agent = agent or default_agent()
@@ -99,6 +102,7 @@ def conversation_create(
             owner=owner,
             agent=agent,
             title=title,
+            untitled=untitled,
             folder=str(folder),
             origin=origin,
             origin_channel=origin_channel,
@@ -115,6 +119,28 @@ def conversation_create(
     return conversation
 
 
+def title_from_message(text: str) -> str:
+    """A title made of a message's first line: spaces folded, secrets out, cut to fit."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    title = scrub_secrets(" ".join(first.split()))
+    if len(title) > LIMITS.title_chars:
+        title = title[: LIMITS.title_chars - 1].rstrip() + "…"
+    return title or UNTITLED
+
+
+def conversation_title_from_first_message(*, conversation: Conversation, text: str) -> None:
+    """An untitled chat takes its title from the person's first message.
+
+    Precondition: inside ``atomic()`` holding the chat's row lock (``message_send``).
+    """
+    if not conversation.untitled:
+        return
+    conversation.title = title_from_message(text)
+    conversation.untitled = False
+    conversation.save(update_fields=["title", "untitled", "updated_at"])
+    events.publish_chat(conversation)
+
+
 def conversation_rename(*, conversation: Conversation, title: str) -> Conversation:
     title = (title or "").strip()
     if not title or len(title) > LIMITS.title_chars:
@@ -122,7 +148,8 @@ def conversation_rename(*, conversation: Conversation, title: str) -> Conversati
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation.pk)
         conversation.title = title
-        conversation.save(update_fields=["title", "updated_at"])
+        conversation.untitled = False
+        conversation.save(update_fields=["title", "untitled", "updated_at"])
         events.publish_chat(conversation)
     return conversation
 

@@ -13,6 +13,7 @@ from chats.models import (
     Entry,
     EntryKind,
     EntryRole,
+    QueuedInput,
     Status,
     Step,
     Task,
@@ -284,6 +285,13 @@ def chat_pending_turn(*, conversation: Conversation) -> Turn | None:
         )
         .order_by("-number")
         .first()
+    )
+
+
+def chat_queued(*, conversation: Conversation) -> list[QueuedInput]:
+    """The person's messages waiting for the running reply to end, oldest first. One query."""
+    return list(
+        conversation.queued_inputs.filter(taken_at__isnull=True).order_by("created_at", "pk")
     )
 
 

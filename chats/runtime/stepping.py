@@ -43,6 +43,7 @@ from chats.runtime.turns import (
     turn_end,
     turn_end_locked,
 )
+from chats.tools.diffs import PREVIEW_FAILS
 from chats.tools.registry import (
     EDITING_FILES,
     READING_FILES,
@@ -356,6 +357,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
         # it in another process since this step began (issue 13 item 1).
         conversation = Conversation.objects.lock(conversation.pk)
         if tool.must_ask(conversation):
+            preview = _preview(turn, conversation, tool, args)
             if not _still_mine(turn.pk, worker):
                 return Advance(False)
             pending = {
@@ -363,6 +365,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
                 "args": _scrub_args(args),
                 "state_after": new_state,
                 "raw_args": args,
+                "preview": preview,
             }
             Turn.objects.filter(pk=turn.pk).update(
                 state=TurnState.NEEDS_YOU,
@@ -378,6 +381,24 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
             return Advance(False, "needs_you")
     _run_step(turn, worker, tool, args, new_state)
     return Advance(True, "tool")
+
+
+def _preview(turn: Turn, conversation: Conversation, tool: Tool, args: dict[str, Any]) -> dict:
+    """What the tool would do, for the person to see before their OK; {} if it can't say.
+
+    Read where the step would run, as the step would read it (beneath its folder).
+    """
+    if tool.preview is None:
+        return {}
+    folder = tool_set_for(conversation).folder or turn.folder
+    ctx = ToolContext(conversation=conversation, turn=turn, folder=folder)
+    try:
+        return tool.preview(ctx, args)
+    except ToolError as exc:
+        known = known_secrets(conversation.agent)
+        return {"kind": PREVIEW_FAILS, "text": scrub_secrets(str(exc), known=known)}
+    except OSError as exc:  # a file that can't be read now: the step says so if it runs
+        return {"kind": PREVIEW_FAILS, "text": f"It can't be shown: {exc.strerror or exc}."}
 
 
 def _play_answered(turn: Turn, worker: str, pending: dict[str, Any]) -> Advance:
@@ -511,6 +532,7 @@ def _run_step(
             result=result_text[: LIMITS.tool_result_chars],
             error=error[: LIMITS.tool_result_chars],
             files=changed,
+            changes=ctx.changes,
             ended_at=timezone.now(),
         )
         files = list(current.files_changed)

@@ -34,7 +34,12 @@ from chats.models import (
     new_chain_id,
 )
 from chats.quoting import not_as_conch
-from chats.runtime.chats import ConchError, conversation_create, entry_append
+from chats.runtime.chats import (
+    ConchError,
+    conversation_create,
+    conversation_title_from_first_message,
+    entry_append,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +62,8 @@ TASK_STATE_AFTER = {
 ERR_TURN_NOT_RUNNING = "That reply isn't running."
 ERR_NOTHING_TO_APPROVE = "That reply isn't waiting for your OK."
 ERR_EMPTY_MESSAGE = "A message needs some words."
+ERR_QUEUED_TAKEN = "Too late to cancel: the reply already took that message."
+ERR_QUEUED_GONE = "That message is no longer queued."
 # What a command's step says when the command was ended before it finished.
 ERR_COMMAND_STOPPED = "The reply was stopped, so its command was ended."
 ERR_COMMAND_REPLY_ENDED = "The reply ended, so its command was ended."
@@ -107,6 +114,7 @@ def message_send(
         raise ConchError(ERR_EMPTY_MESSAGE)
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation.pk)
+        conversation_title_from_first_message(conversation=conversation, text=text)
         if conversation.turns.filter(ended_at__isnull=True).exists():
             queued = QueuedInput.objects.create(conversation=conversation, text=text)
             events.publish_chat(conversation, queued=True)
@@ -278,6 +286,23 @@ def queued_inputs_take(*, conversation: Conversation) -> list[str]:
     queued = list(conversation.queued_inputs.filter(taken_at__isnull=True))
     QueuedInput.objects.filter(pk__in=[q.pk for q in queued]).update(taken_at=timezone.now())
     return [q.text for q in queued]
+
+
+def queued_input_cancel(*, conversation: Conversation, queued_id: int) -> None:
+    """Take back one of the person's queued messages, if no reply has taken it yet.
+
+    Raises ConchError with what became of it: a reply took it (its words are in the
+    transcript now), or it is no longer queued here (cancelled from another tab).
+    """
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        queued = conversation.queued_inputs.filter(pk=queued_id).first()
+        if queued is None:
+            raise ConchError(ERR_QUEUED_GONE)
+        if queued.taken_at is not None:
+            raise ConchError(ERR_QUEUED_TAKEN)
+        queued.delete()
+        events.publish_chat(conversation, queued=False)
 
 
 def turn_end(*, turn: Turn, state: str, reason: str = "") -> None:

@@ -15,6 +15,7 @@ from django.utils import timezone
 from chats import regions
 from chats.limits import LIMITS
 from chats.models import Origin
+from chats.tools import diffs
 from chats.tools.registry import ToolError, get_tool
 from chats.toolsets import ToolSet, tool_set_for
 
@@ -139,3 +140,16 @@ def row_badge(row):
 def tool_set(chat) -> ToolSet:
     """The tool set this chat has now (its persona's for you, or for other people), with why."""
     return tool_set_for(chat)
+
+
+@register.filter
+def diff_lines(text: str) -> list[diffs.DiffLine]:
+    """A unified diff's lines, each with its kind, for the page to colour; the words stay text."""
+    return diffs.diff_lines(text)
+
+
+@register.filter
+def file_chips(step) -> list[tuple[str, int]]:
+    """A step's changed files as (full path, number of its shown change or 0)."""
+    shown = {change.get("file"): n for n, change in enumerate(step.changes or (), 1)}
+    return [(path, shown.get(path, 0)) for path in step.files or ()]

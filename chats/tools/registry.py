@@ -66,6 +66,8 @@ class ToolContext:
     # Set by tools: files changed (full paths), and whether the reply lets go of its turn
     # (``wait_for``): the reply then ends, and carries on when what it waits for is done.
     files_changed: list[str] = field(default_factory=list)
+    # Set by tools that change files: each change as the person sees it (chats.tools.diffs).
+    changes: list[dict[str, Any]] = field(default_factory=list)
     let_go: str = ""
     # Set by the runtime: the step being run, the runner running it, and what a long
     # tool (a command) asks while it waits: why it must give up now, or "" to go on.
@@ -95,6 +97,8 @@ class ToolResult:
 
 Offered = Callable[["Conversation"], bool]
 Runner = Callable[[ToolContext, dict[str, Any]], ToolResult]
+# What the tool would do, for the person to see before their OK (chats.tools.diffs' shapes).
+Previewer = Callable[[ToolContext, dict[str, Any]], dict[str, Any]]
 
 
 def offered_always(conversation: Conversation) -> bool:
@@ -114,6 +118,8 @@ class Tool:
     asks_in_ask_mode: bool = False
     # A tool with its own rule for asking the person first (``stop_chat``); overrides the above.
     asks_first: Callable[[Conversation], bool] | None = None
+    # Shows what it would do (a diff, a new file's words, a command and its folder).
+    preview: Previewer | None = None
 
     def must_ask(self, conversation: Conversation) -> bool:
         if self.name in tool_set_for(conversation).ask_first:

@@ -16,7 +16,7 @@ from chats import processes
 from chats.limits import LIMITS
 from chats.models import Effect, Step
 from chats.quoting import file_name, known_secrets, scrub_secrets
-from chats.tools import sandbox
+from chats.tools import diffs, sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.registry import (
     EDITING_FILES,
@@ -177,9 +177,49 @@ def _write(ctx: ToolContext, fd: int, real: Path, content: str) -> None:
     ctx.files_changed.append(str(real))
 
 
+def _text_before(folder: str, path: str, real: Path) -> tuple[str | None, bool]:
+    """What the file holds now, for a diff: (None when it is not there, whether it is too large).
+
+    Opened as the tools open files (beneath the folder, following no link); a file
+    that can't be read as a regular file raises ToolError, as the tool would.
+    """
+    try:
+        fd = _open(folder, path, real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    except (FileNotFoundError, NotADirectoryError):
+        return None, False
+    except IsADirectoryError:
+        raise ToolError(f"{path!r} is a folder.") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError(f"{path!r} is not a regular file.")
+        data = _read_all(fd, LIMITS.diff_file_bytes)
+    finally:
+        os.close(fd)
+    if len(data) > LIMITS.diff_file_bytes:
+        return "", True
+    return data.decode("utf-8", errors="replace"), False
+
+
+def _change(
+    ctx: ToolContext, real: Path, before: str | None, after: str, *, too_large: bool = False
+) -> dict[str, Any]:
+    record = diffs.change_record(
+        path=relative(ctx.folder, real),
+        before=before,
+        after=after,
+        known=known_secrets(ctx.conversation.agent),
+        too_large=too_large or len(after.encode("utf-8")) > LIMITS.diff_file_bytes,
+    )
+    return {**record, "file": str(real)}
+
+
 def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     path = args["path"]
     real = confine(ctx.folder, path)
+    try:
+        before, too_large = _text_before(ctx.folder, path, real)
+    except (ToolError, OSError):  # the write says what is wrong, if anything
+        before, too_large = None, False
     fd, existed = _open_for_writing(ctx, path, real)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -187,10 +227,31 @@ def _write_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         _write(ctx, fd, real, args["content"])
     finally:
         os.close(fd)
+    if existed and before is None:  # made by someone else between the look and the write
+        before, too_large = "", True
+    ctx.changes.append(
+        _change(ctx, real, before if existed else None, args["content"], too_large=too_large)
+    )
     verb = "Replaced" if existed else "Created"
     return ToolResult(
         f"{verb} {shown(ctx.folder, real)} ({len(args['content'])} characters).", (str(real),)
     )
+
+
+def _edited(text: str, path: str, args: dict[str, Any]) -> tuple[str, int]:
+    """The file's words after the edit, and how many places changed; ToolError if it can't be made."""
+    old, new = args["old"], args["new"]
+    count = text.count(old)
+    if count == 0:
+        raise ToolError(f"The text to replace was not found in {path!r}.")
+    if count > 1 and not args.get("all"):
+        raise ToolError(
+            f"The text to replace appears {count} times in {path!r}; "
+            "give more context or set all to true."
+        )
+    if args.get("all"):
+        return text.replace(old, new), count
+    return text.replace(old, new, 1), 1
 
 
 def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
@@ -206,23 +267,50 @@ def _edit_file(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ToolError(missing)
         text = _read_all(fd).decode("utf-8", errors="replace")
-        old, new = args["old"], args["new"]
-        count = text.count(old)
-        if count == 0:
-            raise ToolError(f"The text to replace was not found in {path!r}.")
-        if count > 1 and not args.get("all"):
-            raise ToolError(
-                f"The text to replace appears {count} times in {path!r}; "
-                "give more context or set all to true."
-            )
-        updated = text.replace(old, new) if args.get("all") else text.replace(old, new, 1)
+        updated, count = _edited(text, path, args)
         _write(ctx, fd, real, updated)
     finally:
         os.close(fd)
+    too_large = len(text.encode("utf-8")) > LIMITS.diff_file_bytes
+    ctx.changes.append(_change(ctx, real, text, updated, too_large=too_large))
     return ToolResult(
         f"Edited {shown(ctx.folder, real)} ({count if args.get('all') else 1} change).",
         (str(real),),
     )
+
+
+# ---------------------------------------------------------------------------
+# What a tool would do, shown before the person's OK (Tool.preview)
+
+
+def _preview_write(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    real = confine(ctx.folder, args["path"])
+    before, too_large = _text_before(ctx.folder, args["path"], real)
+    return {
+        "kind": diffs.PREVIEW_FILE,
+        **_change(ctx, real, before, args["content"], too_large=too_large),
+    }
+
+
+def _preview_edit(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    path = args["path"]
+    real = confine(ctx.folder, path)
+    before, too_large = _text_before(ctx.folder, path, real)
+    if before is None:
+        raise ToolError(f"{path!r} does not exist; use write_file to create it.")
+    if too_large:
+        return {"kind": diffs.PREVIEW_FILE, **_change(ctx, real, "", "", too_large=True)}
+    updated, _ = _edited(before, path, args)
+    return {"kind": diffs.PREVIEW_FILE, **_change(ctx, real, before, updated)}
+
+
+def _preview_command(ctx: ToolContext, args: dict[str, Any]) -> dict[str, Any]:
+    known = known_secrets(ctx.conversation.agent)
+    return {
+        "kind": diffs.PREVIEW_COMMAND,
+        "command": scrub_secrets(args["command"], known=known),
+        "folder": os.path.realpath(ctx.folder),
+    }
 
 
 def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
@@ -439,6 +527,7 @@ WRITE_FILE = register(
         effect=Effect.WRITE,
         run=_write_file,
         asks_in_ask_mode=True,
+        preview=_preview_write,
     )
 )
 EDIT_FILE = register(
@@ -457,6 +546,7 @@ EDIT_FILE = register(
         effect=Effect.WRITE,
         run=_edit_file,
         asks_in_ask_mode=True,
+        preview=_preview_edit,
     )
 )
 LIST_FILES = register(
@@ -486,5 +576,6 @@ RUN_COMMAND = register(
         effect=Effect.WRITE,
         run=_run_command,
         asks_in_ask_mode=True,
+        preview=_preview_command,
     )
 )

@@ -88,8 +88,9 @@ def test_a_file_is_not_a_folder(signed_in, workspace):
     assert response.context["form"].errors == {"folder": [ERR_FOLDER_NOT_DIR.format(path=path)]}
 
 
-def test_a_chat_needs_a_title_and_a_known_agent_and_mode(signed_in):
-    response = new_chat(signed_in, title="  ", agent=9999, mode="yolo")
+def test_a_chat_needs_a_title_that_fits_and_a_known_agent_and_mode(signed_in):
+    # An empty title is allowed (the first message names the chat: test_untitled.py).
+    response = new_chat(signed_in, title="x" * 121, agent=9999, mode="yolo")
 
     assert response.status_code == 400
     assert set(response.context["form"].errors) == {"title", "agent", "mode"}
@@ -139,7 +140,7 @@ def test_a_refused_send_without_javascript_keeps_the_text(signed_in, chat):
     html = response.content.decode()
     assert ERR_EMPTY_MESSAGE in html
     assert (
-        '<textarea id="composer-text" name="text" rows="3" placeholder="Tell it what to do…" data-enter-sends> \n </textarea>'
+        '<textarea id="composer-text" name="text" rows="3" placeholder="Tell it what to do…" data-enter-sends autofocus> \n </textarea>'
         in html
     )
 

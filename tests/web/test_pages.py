@@ -42,9 +42,16 @@ def row_html(html: str, public_id: str) -> str:
 
 
 def region(html: str, element_id: str) -> str:
-    match = re.search(rf'<(\w+) id="{element_id}"[^>]*>.*?</\1>', html, re.S)
-    assert match, f"no region #{element_id}"
-    return match.group(0)
+    """The element with this id, to its own closing tag (elements of its kind nest in it)."""
+    start = re.search(rf'<(\w+) id="{element_id}"[^>]*>', html)
+    assert start, f"no region #{element_id}"
+    rest = html[start.start() :]
+    depth = 0
+    for tag in re.finditer(rf"<(/?){start.group(1)}\b[^>]*>", rest):
+        depth += -1 if tag.group(1) else 1
+        if depth == 0:
+            return rest[: tag.end()]
+    raise AssertionError(f"region #{element_id} is not closed")
 
 
 def start_step(chat, *, family: str, seconds_ago: int) -> Turn:
@@ -183,7 +190,11 @@ def test_each_replys_steps_are_grouped_under_it_with_files_relative_to_the_folde
 
     assert "Set x to 2" in first
     assert first.index("reading files") < first.index("editing files") < first.index("Changed x")
-    assert "<li>src/app.py</li>" in first  # the file, relative to the chat's folder
+    # The file, relative to the chat's folder: its ± chip opens its diff.
+    assert re.search(
+        r'<li><a class="file-chip" href="#step-\d+-file-1" data-opens-change>src/app.py</a></li>',
+        first,
+    )
     assert str(workspace) not in first
     assert "changed 1 file" in first
     assert "Anything else?" in second and "Nothing else to do." in second
@@ -310,6 +321,8 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
         "/static/vendor/htmx-ext-ws-2.0.4.min.js",
         "/static/conch.js",
         "/static/tab-title.js",
+        "/static/conch-keys.js",
+        "/static/conch-steps.js",
     ]
     assert "//" not in " ".join(s for s in sources if s)
     root = Path(__file__).resolve().parents[2]

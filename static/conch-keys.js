@@ -1,0 +1,113 @@
+/*
+ * Keyboard and focus in the workspace (issue 15, item 7).
+ *
+ * - After an action whose form carries data-focus-after="<selector>", focus
+ *   lands there once its regions are swapped in: the pressed mode after a
+ *   mode change, the message box after Stop. The form itself may be gone by
+ *   then (its region was replaced), so this listens to the request itself.
+ * - A menu (<details class="menu">) closed after its form was answered
+ *   (data-closes-details, as Rename) gives focus back to its summary.
+ * - A region pushed again over the socket keeps the focus on the control
+ *   that had it (found again by its id), so a push never drops it to the page.
+ * - Escape closes the open menu it is in, or any open menu, and focuses its summary.
+ * - The tab's title follows the chat's title (Rename here, or in another tab).
+ *
+ * No inline script, no eval: the page's Content-Security-Policy forbids both.
+ */
+(function () {
+  'use strict';
+
+  var body = document.body;
+
+  function focusSoon(element) {
+    if (!element) { return; }
+    // After the swap has settled: htmx settles attributes a moment later.
+    window.setTimeout(function () {
+      var target = element.id ? document.getElementById(element.id) || element : element;
+      if (target && document.body.contains(target)) { target.focus(); }
+    }, 0);
+  }
+
+  function summaryOf(details) {
+    if (!details) { return null; }
+    var live = details.id ? document.getElementById(details.id) : details;
+    return (live || details).querySelector('summary');
+  }
+
+  // Heard from the request itself, once it has loaded and htmx has swapped in what
+  // it brought: the form's region may have been replaced by then, and htmx's own
+  // events would come from somewhere else, or not reach the body at all.
+  body.addEventListener('htmx:beforeRequest', function (evt) {
+    var form = evt.detail.elt;
+    var xhr = evt.detail.xhr;
+    if (!form || form.tagName !== 'FORM' || !xhr) { return; }
+    if (!form.hasAttribute('data-focus-after') && !form.hasAttribute('data-closes-details')) { return; }
+    xhr.addEventListener('loadend', function () {
+      if (xhr.status >= 200 && xhr.status < 300) { answered(form); }
+    });
+  });
+
+  function answered(form) {
+    var selector = form.getAttribute('data-focus-after');
+    if (selector) {
+      window.setTimeout(function () { focusSoon(document.querySelector(selector)); }, 0);
+      return;
+    }
+    var details = form.closest('details');
+    if (details) {
+      details.open = false;
+      focusSoon(summaryOf(details));
+    }
+  }
+
+  // ---------------------------------------------------------------- focus across pushes
+
+  var refocus = null; // the id of the focused control inside a region being replaced
+
+  body.addEventListener('htmx:oobBeforeSwap', function (evt) {
+    var target = evt.detail.target;
+    var active = document.activeElement;
+    if (target && active && active !== body && active.id && target.contains(active)) {
+      refocus = active.id;
+    }
+  });
+
+  body.addEventListener('htmx:oobAfterSwap', function () {
+    if (!refocus) { return; }
+    var id = refocus;
+    refocus = null;
+    // Once every handler of this swap has run (conch-steps.js opens the steps that were open).
+    window.setTimeout(function () {
+      var again = document.getElementById(id);
+      var active = document.activeElement;
+      if (again && (!active || active === body)) { again.focus({ preventScroll: true }); }
+    }, 0);
+  });
+
+  // ---------------------------------------------------------------- Escape
+
+  body.addEventListener('keydown', function (evt) {
+    if (evt.key !== 'Escape' || evt.defaultPrevented) { return; }
+    var inside = evt.target && evt.target.closest ? evt.target.closest('details.menu[open]') : null;
+    var open = inside ? [inside] : Array.prototype.slice.call(document.querySelectorAll('details.menu[open]'));
+    if (!open.length) { return; }
+    evt.preventDefault();
+    open.forEach(function (details) { details.open = false; });
+    var summary = open[0].querySelector('summary');
+    if (summary) { summary.focus(); }
+  });
+
+  // ---------------------------------------------------------------- the tab's title
+
+  function titleFromHeading() {
+    var heading = document.getElementById('chat-heading');
+    if (!heading) { return; }
+    var title = heading.textContent.trim() + ' · Conch';
+    if (document.title !== title) { document.title = title; }
+  }
+
+  body.addEventListener('htmx:oobAfterSwap', function (evt) {
+    var target = evt.detail.target;
+    if (target && target.id === 'chat-title') { titleFromHeading(); }
+  });
+})();
