@@ -159,7 +159,10 @@ def test_each_reply_reports_every_input_its_engine_was_given(report):
     assert first[1:] == [{"role": "user", "content": "Make the notes say two."}]
     # The third input carries the approved write's result as the model reads it.
     tool_results = [m for m in inputs[2]["messages"] if m["role"] == "tool"]
-    assert [m["tool_call_id"] for m in tool_results] == ["call_1_1", "call_1_2"]
+    ids = [m["tool_call_id"] for m in tool_results]
+    # Each call's id as the engine sends it: nine letters or digits (Mistral's rule), distinct.
+    assert len(ids) == 2 and len(set(ids)) == 2
+    assert all(len(i) == 9 and i.isalnum() for i in ids)
     assert "c_theirs" not in json.dumps(inputs)
 
 
