@@ -51,6 +51,9 @@ class Replay:
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.closed = threading.Event()
+        # Set once a chat completion's answer has begun (its headers sent): the engine is
+        # then waiting on it, so a test can press Stop at that moment without sleeping.
+        self.answering = threading.Event()
         replay = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -79,9 +82,12 @@ class Replay:
                 with replay.lock:
                     if answer is None:
                         answer = replay.script.popleft() if replay.script else None
-                self._send(answer or Played(b'{"error": {"message": "replay: nothing left"}}', 500))
+                self._send(
+                    answer or Played(b'{"error": {"message": "replay: nothing left"}}', 500),
+                    completion=True,
+                )
 
-            def _send(self, played: Played) -> None:
+            def _send(self, played: Played, *, completion: bool = False) -> None:
                 self.send_response(played.status)
                 for name, value in played.headers.items():
                     self.send_header(name, value)
@@ -89,10 +95,15 @@ class Replay:
                     self.send_header("Content-Length", str(len(played.body)))
                     self.end_headers()
                     self.wfile.write(played.body)
+                    self.wfile.flush()
+                    if completion:
+                        replay.answering.set()
                     return
                 self.send_header("Connection", "close")
                 self.end_headers()
                 self.wfile.flush()
+                if completion:
+                    replay.answering.set()
                 for event in played.body.split(b"\n\n"):
                     if replay.closed.wait(played.pace):
                         return

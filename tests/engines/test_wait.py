@@ -27,10 +27,7 @@ def halt_once_asked(replay):
     halt = threading.Event()
 
     def press():
-        deadline = time.monotonic() + 30
-        while not replay.completions and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)
+        replay.answering.wait(timeout=30)  # the answer has begun: the engine waits on it
         halt.set()
 
     threading.Thread(target=press, daemon=True).start()
