@@ -27,9 +27,7 @@ from chats.models import (
     Turn,
 )
 from chats.tools.registry import (
-    EDITING_FILES,
-    READING_FILES,
-    RUNNING_A_COMMAND,
+    FOLDER_FAMILIES,
     all_tools,
     get_tool,
 )
@@ -187,7 +185,6 @@ ERR_NO_OWN_FOLDER = (
     "{names}: these work in the persona's folder, and this persona works in your default "
     "workspace. Give it a folder of its own before letting other people use them."
 )
-FOLDER_FAMILIES = (READING_FILES, EDITING_FILES, RUNNING_A_COMMAND)
 
 
 class ToolSetFields(forms.Form):

@@ -45,9 +45,7 @@ from chats.runtime.turns import (
 )
 from chats.tools.diffs import PREVIEW_FAILS
 from chats.tools.registry import (
-    EDITING_FILES,
-    READING_FILES,
-    RUNNING_A_COMMAND,
+    FOLDER_FAMILIES,
     Tool,
     ToolContext,
     ToolError,
@@ -293,7 +291,7 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
 
 def _uses_folder(tool: Tool) -> bool:
     """Whether a tool reads, writes or runs in the chat's folder."""
-    return tool.family in (READING_FILES, EDITING_FILES, RUNNING_A_COMMAND)
+    return tool.family in FOLDER_FAMILIES
 
 
 HALT_POLL = 1.0  # how often a wait looks whether another process stopped the reply

@@ -39,6 +39,8 @@ EDITING_FILES = "editing files"
 RUNNING_A_COMMAND = "running a command"
 BROWSING = "reading a web page"
 THINKING = "thinking"  # a reply between steps: no tool's family
+# The families whose tools read, write or run in the chat's folder.
+FOLDER_FAMILIES = (READING_FILES, EDITING_FILES, RUNNING_A_COMMAND)
 
 ERR_UNKNOWN_FAMILY = "{tool}: its family {family!r} is not registered (chats.hooks.family_add)."
 
