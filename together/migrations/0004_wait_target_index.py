@@ -5,7 +5,6 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("chats", "0010_unarchived_chats_index"),
         ("together", "0003_fulltext"),
     ]
 
