@@ -534,10 +534,9 @@ def on_event(event: events.Event) -> None:
     """Events nudge the look at once; the 30-second sweep catches anything unsaid.
 
     Most events are about chats and tasks no one waits for: for those it costs one
-    query, on the ``wait_target`` index, whatever the number of waits.
+    query, on the ``wait_target`` index, whatever the number of waits. A deleted chat's
+    waits are woken by :func:`on_delete`, a batch at a time, not here event by event.
     """
-    if event.type not in (events.STATUS, events.CONVERSATION_DELETED, events.TASK_CHANGED):
-        return
     if event.type == events.TASK_CHANGED and event.data.get("task"):
         task_id = event.data["task"]
         if not waited_for(task_id):
@@ -546,21 +545,37 @@ def on_event(event: events.Event) -> None:
         if task:
             waits_check(task_pk=task)
         return
-    if not waited_for(event.conversation_id):
+    if event.type not in (events.STATUS, events.TASK_CHANGED):
+        return
+    if not event.conversation_id or not waited_for(event.conversation_id):
         return
     chat = (
         Conversation.objects.filter(public_id=event.conversation_id)
         .values_list("pk", flat=True)
         .first()
     )
-    if chat is None:
-        # Deleted: its waits' target is gone (SET_NULL), so a look wakes them.
-        for wait in Wait.objects.filter(
-            state=WaitState.WAITING, target_public_id=event.conversation_id
-        ):
-            wake(wait=wait)
-    else:
+    if chat is not None:  # else it was deleted meanwhile, and on_delete woke its waits
         waits_check(chat_pk=chat)
+
+
+def on_delete(chats: list[Conversation]) -> None:
+    """Chats about to be deleted: once the delete commits, wake what waits for them (each
+    hears the chat was deleted). One query for the whole batch, found by the waits'
+    ``target_chat``; maintenance deletes thousands of chats, so never one per chat."""
+    waiting = list(
+        Wait.objects.filter(
+            target_chat__in=[chat.pk for chat in chats], state=WaitState.WAITING
+        ).values_list("pk", flat=True)
+    )
+    if waiting:
+        transaction.on_commit(lambda: _wake_deleted(waiting))
+
+
+def _wake_deleted(wait_pks: list[int]) -> None:
+    for wait in Wait.objects.filter(pk__in=wait_pks, state=WaitState.WAITING).select_related(
+        "waiter"
+    ):
+        wake(wait=wait)
 
 
 def waited_for(public_id: str) -> bool:
