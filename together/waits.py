@@ -416,7 +416,7 @@ def waits_check(*, chat_pk: int | None = None, task_pk: int | None = None) -> li
         waits = waits.filter(Q(target_chat_id=chat_pk) | Q(target_task_id__in=tasks))
     elif task_pk is not None:
         waits = waits.filter(target_task_id=task_pk)
-    woken = []
+    woken: list[Wait] = []
     for wait in list(waits):
         if _done(wait, target_working=wait.target_working) and wake(wait=wait):
             woken.append(wait)
