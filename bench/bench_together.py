@@ -1,7 +1,10 @@
 """The reader at a step boundary and list_chats, with 10,000 chats of which 50 are working.
 
 Judged by: the reader's median (target ≤ 1 ms on SQLite) and its ratio to a
-single primary-key fetch on the same database; list_chats' median (target ≤ 5 ms).
+single primary-key fetch on the same database; list_chats' median (target ≤ 5 ms)
+when more than twelve chats are busy, so the busy ones fill its rows. How
+list_chats does on a store as people have one (few busy, activity spread over
+a month, up to 100,000 chats) is ``bench_list_chats.py``'s to say.
 
     .venv/bin/python bench/bench_together.py
 """
@@ -12,6 +15,8 @@ from _setup import django_on_fresh_sqlite, median_ms
 
 CHATS = 10_000
 WORKING = 50
+READER_GOAL_MS = 1.0
+LISTING_GOAL_MS = 5.0
 
 
 def main() -> None:
@@ -76,11 +81,18 @@ def main() -> None:
     pk_ms = median_ms(one_pk_fetch)
     listing_ms = median_ms(lambda: list_chats(conversation=me), runs=100)
     print(f"chats: {CHATS}, working: {WORKING}, database: SQLite ({cursor.fetchone()[0]})")
-    print(f"reader median: {reader_ms:.3f} ms (target ≤ 1 ms)")
     print(f"reader median when it speaks (4 lines + 1 write): {speaking_ms:.3f} ms")
     print(f"primary-key fetch median: {pk_ms:.3f} ms")
-    print(f"ratio reader / pk fetch: {reader_ms / pk_ms:.1f}x")
-    print(f"list_chats median: {listing_ms:.3f} ms (target ≤ 5 ms)")
+    print(
+        f"reader median: {reader_ms:.3f} ms (goal ≤ {READER_GOAL_MS:g} ms, "
+        f"{reader_ms / READER_GOAL_MS:.2f}x of goal; {reader_ms / pk_ms:.1f}x a primary-key "
+        f"fetch) {'PASS' if reader_ms <= READER_GOAL_MS else 'FAIL'}"
+    )
+    print(
+        f"list_chats median with {WORKING} working: {listing_ms:.3f} ms (goal ≤ "
+        f"{LISTING_GOAL_MS:g} ms, {listing_ms / LISTING_GOAL_MS:.2f}x of goal) "
+        f"{'PASS' if listing_ms <= LISTING_GOAL_MS else 'FAIL'}"
+    )
 
 
 if __name__ == "__main__":

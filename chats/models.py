@@ -249,8 +249,14 @@ class Conversation(models.Model):
             models.Index(
                 fields=["owner", "status", "last_interaction_at"], name="chat_owner_status"
             ),
+            # The chats not archived, newest first (list_chats' recent ones, the routine form's
+            # list). Partial, so a query saying ``archived=False`` (which Django writes as
+            # ``NOT "archived"``, a term SQLite can't seek a column with) still reads it in order:
+            # its WHERE is that same term. tests/together/test_cost.py checks the plan.
             models.Index(
-                fields=["owner", "archived", "last_interaction_at"], name="chat_owner_recent"
+                fields=["owner", "last_interaction_at"],
+                condition=Q(archived=False),
+                name="chat_owner_unarchived",
             ),
             # A session's earlier generations are found by key (the unique one is partial).
             models.Index(fields=["session_key"], name="chat_session_key"),

@@ -32,6 +32,7 @@ class TogetherConfig(AppConfig):
         hooks.add_turn_end_hook(waits.after_turn_end)
         hooks.add_turn_end_hook(messages.after_turn_end)
         hooks.add_before_delete_hook(messages.on_delete)
+        hooks.add_before_delete_hook(waits.on_delete)
         hooks.subscribe(waits.on_event)
         hooks.register_sweep("waits", waits.LOOK_EVERY, waits.sweep)
         hooks.add_in_use_check(waits.chats_waiting)

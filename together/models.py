@@ -156,7 +156,12 @@ class Wait(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["state", "kind"], name="wait_state_kind")]
+        indexes = [
+            models.Index(fields=["state", "kind"], name="wait_state_kind"),
+            # Every status and task event asks whether someone waits for its chat or task
+            # (waits.waited_for): by this index, not a scan of the waits (issue 17 item 4).
+            models.Index(fields=["target_public_id", "state"], name="wait_target"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["waiter", "kind", "target_public_id"],

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q
 from django.utils import timezone
 
 from chats import events
@@ -91,22 +91,29 @@ class WaitSpec:
 # Still working?
 
 
-def chat_still_working(chat: Conversation) -> bool:
+def still_working_q(chat: OuterRef) -> Q:
     """A reply running or pending recovery, a message on its way in, a task still waiting for room,
-    or a wait of its own: each means the chat will carry on by itself, so it isn't done."""
-    if chat.turns.filter(
-        ended_at__isnull=True, state__in=[TurnState.RUNNING, TurnState.RECOVERY_PENDING]
-    ).exists():
-        return True
-    if ChatMessage.objects.filter(
+    or a wait of its own: each means the chat will carry on by itself, so it isn't done.
+
+    A filter on the chat ``chat`` refers to, so one query answers it for one chat or for
+    every wait of a look at once (:func:`waits_check`).
+    """
+    replying = Turn.objects.filter(
+        conversation=chat,
+        ended_at__isnull=True,
+        state__in=[TurnState.RUNNING, TurnState.RECOVERY_PENDING],
+    )
+    coming_in = ChatMessage.objects.filter(
         receiver=chat, state=MessageState.WAITING, start_reply=True
-    ).exists():
-        return True
-    if Task.objects.filter(
-        chat=chat, state__in=[TaskState.QUEUED, TaskState.WAITING_FOR_ROOM]
-    ).exists():
-        return True
-    return Wait.objects.filter(waiter=chat, state=WaitState.WAITING).exists()
+    )
+    tasks = Task.objects.filter(chat=chat, state__in=[TaskState.QUEUED, TaskState.WAITING_FOR_ROOM])
+    waiting = Wait.objects.filter(waiter=chat, state=WaitState.WAITING)
+    return Q(Exists(replying)) | Q(Exists(coming_in)) | Q(Exists(tasks)) | Q(Exists(waiting))
+
+
+def chat_still_working(chat: Conversation) -> bool:
+    """:func:`still_working_q` for one chat in hand: one query."""
+    return Conversation.objects.filter(pk=chat.pk).filter(still_working_q(OuterRef("pk"))).exists()
 
 
 def task_still_going(task: Task) -> bool:
@@ -389,29 +396,41 @@ def headline(wait: Wait, ended: str) -> str:
 
 
 def waits_check(*, chat_pk: int | None = None, task_pk: int | None = None) -> list[Wait]:
-    """Look at the waits on this chat or task (or every wait), and wake those whose target is done."""
-    waits = Wait.objects.filter(state=WaitState.WAITING).select_related(
-        "waiter", "target_chat", "target_task"
+    """Look at the waits on this chat or task (or every wait), and wake those whose target is done.
+
+    The look is one query whatever the number of waits: each wait comes with its waiter,
+    its target and whether that target still works (:func:`still_working_q`). Only a wait
+    to wake costs more, in :func:`wake`.
+    """
+    waits = (
+        Wait.objects.filter(state=WaitState.WAITING)
+        .select_related("waiter", "target_chat", "target_task")
+        .annotate(
+            target_working=ExpressionWrapper(
+                still_working_q(OuterRef("target_chat_id")), output_field=BooleanField()
+            )
+        )
     )
     if chat_pk is not None:
-        task_ids = list(Task.objects.filter(chat_id=chat_pk).values_list("pk", flat=True))
-        waits = waits.filter(Q(target_chat_id=chat_pk) | Q(target_task_id__in=task_ids))
+        tasks = Task.objects.filter(chat_id=chat_pk).values("pk")
+        waits = waits.filter(Q(target_chat_id=chat_pk) | Q(target_task_id__in=tasks))
     elif task_pk is not None:
         waits = waits.filter(target_task_id=task_pk)
-    woken = []
+    woken: list[Wait] = []
     for wait in list(waits):
-        if _done(wait) and wake(wait=wait):
+        if _done(wait, target_working=wait.target_working) and wake(wait=wait):
             woken.append(wait)
     return woken
 
 
-def _done(wait: Wait) -> bool:
+def _done(wait: Wait, *, target_working: bool | None = None) -> bool:
+    """Whether the wait's target is done; ``target_working`` if the look already knows."""
     if wait.kind == WaitKind.CHAT:
-        return (
-            wait.target_chat is None
-            or not _still_yours(wait)
-            or not chat_still_working(wait.target_chat)
-        )
+        if wait.target_chat is None or not _still_yours(wait):
+            return True
+        if target_working is None:
+            target_working = chat_still_working(wait.target_chat)
+        return not target_working
     return wait.target_task is None or not task_still_going(wait.target_task)
 
 
@@ -512,33 +531,56 @@ def after_turn_end(turn: Turn) -> None:
 
 
 def on_event(event: events.Event) -> None:
-    """Events nudge the look at once; the 30-second sweep catches anything unsaid."""
-    if event.type not in (events.STATUS, events.CONVERSATION_DELETED, events.TASK_CHANGED):
-        return
+    """Events nudge the look at once; the 30-second sweep catches anything unsaid.
+
+    Most events are about chats and tasks no one waits for: for those it costs one
+    query, on the ``wait_target`` index, whatever the number of waits. A deleted chat's
+    waits are woken by :func:`on_delete`, a batch at a time, not here event by event.
+    """
     if event.type == events.TASK_CHANGED and event.data.get("task"):
-        task = (
-            Task.objects.filter(public_id=event.data["task"]).values_list("pk", flat=True).first()
-        )
+        task_id = event.data["task"]
+        if not waited_for(task_id):
+            return
+        task = Task.objects.filter(public_id=task_id).values_list("pk", flat=True).first()
         if task:
             waits_check(task_pk=task)
         return
-    if not Wait.objects.filter(
-        state=WaitState.WAITING, target_public_id=event.conversation_id
-    ).exists():
+    if event.type not in (events.STATUS, events.TASK_CHANGED):
+        return
+    if not event.conversation_id or not waited_for(event.conversation_id):
         return
     chat = (
         Conversation.objects.filter(public_id=event.conversation_id)
         .values_list("pk", flat=True)
         .first()
     )
-    if chat is None:
-        # Deleted: its waits' target is gone (SET_NULL), so a look wakes them.
-        for wait in Wait.objects.filter(
-            state=WaitState.WAITING, target_public_id=event.conversation_id
-        ):
-            wake(wait=wait)
-    else:
+    if chat is not None:  # else it was deleted meanwhile, and on_delete woke its waits
         waits_check(chat_pk=chat)
+
+
+def on_delete(chats: list[Conversation]) -> None:
+    """Chats about to be deleted: once the delete commits, wake what waits for them (each
+    hears the chat was deleted). One query for the whole batch, found by the waits'
+    ``target_chat``; maintenance deletes thousands of chats, so never one per chat."""
+    waiting = list(
+        Wait.objects.filter(
+            target_chat__in=[chat.pk for chat in chats], state=WaitState.WAITING
+        ).values_list("pk", flat=True)
+    )
+    if waiting:
+        transaction.on_commit(lambda: _wake_deleted(waiting))
+
+
+def _wake_deleted(wait_pks: list[int]) -> None:
+    for wait in Wait.objects.filter(pk__in=wait_pks, state=WaitState.WAITING).select_related(
+        "waiter"
+    ):
+        wake(wait=wait)
+
+
+def waited_for(public_id: str) -> bool:
+    """Whether some wait still waits for this chat or task (by id): one indexed query."""
+    return Wait.objects.filter(target_public_id=public_id, state=WaitState.WAITING).exists()
 
 
 def chats_waiting(pks: list[int]) -> set[int]:

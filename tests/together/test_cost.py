@@ -1,12 +1,21 @@
-"""The reader runs at every step and list_chats on demand: their queries don't grow with the chats."""
+"""What runs often costs the same however much there is: the reader at every step and
+list_chats on demand don't grow with the chats, nor a look at the waits or an event with the waits."""
 
 from __future__ import annotations
 
+import random
+from datetime import timedelta
+
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from chats.models import Conversation, Status, Turn
+from chats import events
+from chats.models import Conversation, Status, Task, TaskState, Turn
+from together import waits
 from together.listing import list_chats
+from together.models import Wait, WaitKind, WaitState
 from together.reader import reader
 
 CHATS = 10_000
@@ -58,3 +67,129 @@ def test_list_chats_runs_at_most_five_queries(crowd, django_assert_max_num_queri
         look = list_chats(conversation=crowd)
     assert look.working == WORKING - 1
     assert len(look.rows) == 12
+
+
+@pytest.fixture
+def a_month_of_chats(owner, agent, workspace):
+    """A store as people have one (issue 17 item 3): 5 chats working, 3 that need you, a
+    fifth of the rest archived, and the last activity spread over 30 days, so fewer than
+    twelve are busy and list_chats must find the recent ones among the many idle ones."""
+    now = timezone.now()
+    rng = random.Random(17)
+    special = Conversation.objects.bulk_create(
+        [
+            Conversation(
+                owner=owner,
+                agent=agent,
+                title=f"Special {n}",
+                folder=str(workspace),
+                public_id=f"c_sp{n}",
+                status=Status.WORKING if n < 5 else Status.NEEDS_YOU,
+            )
+            for n in range(8)
+        ]
+    )
+    Turn.objects.bulk_create([Turn(conversation=c, number=1, folder=c.folder) for c in special[:5]])
+    Conversation.objects.bulk_create(
+        [
+            Conversation(
+                owner=owner,
+                agent=agent,
+                title=f"Chat {n}",
+                folder=str(workspace),
+                public_id=f"c_month{n}",
+                archived=rng.random() < 0.2,
+                last_interaction_at=now - timedelta(days=30) * rng.random(),
+            )
+            for n in range(2_000)
+        ],
+        batch_size=2_000,
+    )
+    return Conversation.objects.create(owner=owner, agent=agent, title="Me", folder=str(workspace))
+
+
+def _plan(sql: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + sql)
+        return [row[-1] for row in cursor.fetchall()]
+
+
+def test_list_chats_finds_the_recent_chats_by_index_in_order_on_a_month_of_chats(
+    a_month_of_chats, django_assert_max_num_queries
+):
+    """``archived=False`` is written ``NOT "archived"``, on which SQLite can't seek the
+    column of a plain index: it skip-scanned every chat and sorted them. The partial index
+    ``chat_owner_unarchived`` has that same term for its WHERE, so it is read in order."""
+    with django_assert_max_num_queries(5), CaptureQueriesContext(connection) as captured:
+        look = list_chats(conversation=a_month_of_chats)
+    assert look.working == 5 and look.needs_you == 3 and len(look.rows) == 12
+    recent = [q["sql"] for q in captured if '"last_interaction_at" >=' in q["sql"]]
+    assert len(recent) == 1
+    plan = _plan(recent[0])
+    assert any("INDEX chat_owner_unarchived (" in step for step in plan), plan
+    assert not any("TEMP B-TREE" in step for step in plan), plan
+    for query in captured:  # no query of the look walks the chats or sorts them
+        for step in _plan(query["sql"]):
+            assert not step.startswith("SCAN chats_conversation"), (query["sql"], step)
+            assert "TEMP B-TREE" not in step, (query["sql"], step)
+
+
+def _waiting(owner, agent, workspace, n: int) -> None:
+    """``n`` chats each waiting for another that still works (alternately a chat and a task)."""
+    for i in range(n):
+        waiter = Conversation.objects.create(
+            owner=owner, agent=agent, title=f"Waiter {i}", folder=str(workspace)
+        )
+        target = Conversation.objects.create(
+            owner=owner, agent=agent, title=f"Target {i}", folder=str(workspace)
+        )
+        Turn.objects.create(conversation=target, number=1, folder=target.folder)
+        if i % 2:
+            task = Task.objects.create(
+                parent=waiter, chat=target, title=f"Task {i}", state=TaskState.RUNNING
+            )
+            kind, public_id, fields = WaitKind.TASK, task.public_id, {"target_task": task}
+        else:
+            kind, public_id, fields = WaitKind.CHAT, target.public_id, {"target_chat": target}
+        Wait.objects.create(
+            waiter=waiter, kind=kind, target_public_id=public_id, target_title="T", **fields
+        )
+
+
+@pytest.mark.parametrize("n", [1, 50])
+def test_the_look_every_30_seconds_is_one_query_whatever_the_number_of_waits(
+    n, owner, agent, workspace
+):
+    """Each wait comes with whether its target still works: no query per wait (issue 17 item 4)."""
+    _waiting(owner, agent, workspace, n)
+    with CaptureQueriesContext(connection) as captured:
+        woken = waits.waits_check()
+    assert woken == []  # every target still works
+    assert len(captured) == 1, [q["sql"] for q in captured]
+    assert Wait.objects.filter(state=WaitState.WAITING).count() == n
+
+
+def test_an_event_no_one_waits_for_is_one_indexed_query(owner, agent, workspace):
+    """Every status event asks whether someone waits for its chat: by the ``wait_target``
+    index, not by reading every waiting wait (issue 17 item 4)."""
+    _waiting(owner, agent, workspace, 50)
+    nobody = Conversation.objects.create(
+        owner=owner, agent=agent, title="Nobody waits", folder=str(workspace)
+    )
+    status = events.Event(
+        type=events.STATUS, owner_id=owner.pk, seq=1, conversation_id=nobody.public_id
+    )
+    task = events.Event(
+        type=events.TASK_CHANGED,
+        owner_id=owner.pk,
+        seq=2,
+        conversation_id=nobody.public_id,
+        data={"task": "t_nobody"},
+    )
+    for event in (status, task):
+        with CaptureQueriesContext(connection) as captured:
+            waits.on_event(event)
+        assert len(captured) == 1, [q["sql"] for q in captured]
+        plan = _plan(captured[0]["sql"])
+        assert any("INDEX wait_target (" in step for step in plan), plan
+        assert not any(step.startswith("SCAN") for step in plan), plan

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from chats import events
 from chats.engines.scripted import ScriptedEngine
 from chats.models import Entry, EntryKind, StartedBy, Step, Taint, Task, TaskState, Turn, TurnState
 from chats.runtime.chats import ConchError
 from chats.runtime.runner import drain
-from chats.runtime.turns import conversation_stop, task_start, turn_end, turn_start
+from chats.runtime.turns import (
+    conversation_delete,
+    conversation_stop,
+    task_start,
+    turn_end,
+    turn_start,
+)
 from chats.taint import taint_raise
 from tests.factories import ChatFactory
 from tests.together.conftest import look, message, wait_chat
@@ -477,3 +484,36 @@ def test_the_wait_ends_as_soon_as_the_chat_is_no_longer_yours(live):
     assert Wait.objects.get().state == WaitState.WOKEN
     assert Turn.objects.get(conversation=target).state == TurnState.RUNNING
     assert "is no longer a chat it may look at" in first_words(woken_turn(waiter))
+
+
+def test_it_wakes_when_the_chat_it_waits_for_is_deleted(live):
+    target = ChatFactory(title="Fix the login", script=[[look(), look()]])
+    live.start(target)
+    waiter = ChatFactory(title="Release notes", script=[[wait_chat(target)], [look()]])
+    live.start(waiter)
+    live.step(waiter, 2)
+    target_id = target.public_id
+    conversation_delete(conversation=target)
+    assert Wait.objects.get().state == WaitState.WOKEN
+    assert first_words(woken_turn(waiter)).startswith(
+        f"[Conch: “Fix the login” ({target_id}), which this chat was waiting for, was deleted."
+    )
+
+
+def test_deleting_chats_costs_the_waits_one_query_a_batch_and_none_an_event(
+    live, owner, django_assert_num_queries
+):
+    """Maintenance deletes thousands of chats, each with its event: the waits are found
+    for the whole batch by the before-delete hook, never by a query per event."""
+    doomed = [ChatFactory(title=f"Old {n}") for n in range(50)]
+    with django_assert_num_queries(1):
+        waits.on_delete(doomed)
+    deleted = [
+        events.Event(
+            type=events.CONVERSATION_DELETED, owner_id=owner.pk, seq=n, conversation_id=c.public_id
+        )
+        for n, c in enumerate(doomed)
+    ]
+    with django_assert_num_queries(0):
+        for event in deleted:
+            waits.on_event(event)
