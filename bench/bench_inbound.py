@@ -202,13 +202,13 @@ def main() -> None:
     database = sqlite3.connect(home / "conch.sqlite3")
     receipts = dict(
         database.execute(
-            "SELECT outcome, count(*) FROM chats_inboundrecord WHERE message_id GLOB 'w[0-9]*' "
+            "SELECT outcome, count(*) FROM gateway_inboundrecord WHERE message_id GLOB 'w[0-9]*' "
             "GROUP BY outcome"
         ).fetchall()
     )
     # Each message is in its session: in the transcript, or queued behind the open reply.
     lost = database.execute(
-        "SELECT count(*) FROM chats_inboundrecord r WHERE r.message_id GLOB 'w[0-9]*' AND NOT "
+        "SELECT count(*) FROM gateway_inboundrecord r WHERE r.message_id GLOB 'w[0-9]*' AND NOT "
         "EXISTS (SELECT 1 FROM chats_entry e WHERE e.conversation_id = r.conversation_id "
         "AND instr(e.text, '[' || r.message_id || ']')) AND NOT EXISTS (SELECT 1 FROM "
         "chats_queuedinput q WHERE q.conversation_id = r.conversation_id "
