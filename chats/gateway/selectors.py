@@ -49,7 +49,28 @@ def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound):
                 )
             )
         )
-    return chats.select_related("agent", "gateway").first()
+    # Only what taking a message in reads (anything else loads if asked, and the query
+    # count test would see it): compiling the chat's, its agent's and its origin's every
+    # column cost more than running the query. A live generation is unique: no order.
+    found = chats.select_related("gateway").only(*INBOUND_READS).order_by()[:1]
+    return next(iter(found), None)
+
+
+# The chat's fields and its origin's that a message to a live session reads.
+INBOUND_READS = (
+    "public_id",
+    "owner_id",
+    "agent_id",
+    "status",
+    "taint",
+    "mode",
+    "last_interaction_at",
+    "session_key",
+    "gateway__reply_to",
+    "gateway__channel",
+    "gateway__account_id",
+    "gateway__rule",
+)
 
 
 def session_key_taken(*, session_key: str, owner) -> bool:
