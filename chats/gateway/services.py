@@ -305,7 +305,7 @@ def inbound_receive(
         with transaction.atomic():
             found = _session_found(owner, inbound, route)
             stored = (
-                found.routing_version_stored
+                getattr(found, "routing_version_stored", None)
                 if found is not None
                 else (
                     GatewayConfig.objects.filter(pk=1)
@@ -329,13 +329,13 @@ def inbound_receive(
         ).first()
         if first is None:
             raise
-        chat = (
+        earlier = (
             Conversation.objects.filter(pk=first.conversation_id).first()
             if first.conversation_id is not None
             else None
         )
         return InboundResult(
-            outcome="duplicate", chat=chat.public_id if chat else None, **_described(route)
+            outcome="duplicate", chat=earlier.public_id if earlier else None, **_described(route)
         )
     log.info(
         "inbound %s:%s:%s → %s via %s (%s)",
