@@ -1,19 +1,34 @@
-"""Inbound end to end: HTTP → routed → stored, driven by wrk against the real server.
+"""Inbound end to end: HTTP → routed → stored, driven by wrk against a real server.
 
-It starts ``conch serve --port 0`` (Daphne, with its runner, on loopback) in a
-throwaway CONCH_HOME, makes a gateway token, and drives ``POST
-/gateway/inbound`` with wrk: each request a message with its own message_id,
-from one of 1,000 people, so sessions are made and then reused; the runner
-plays the replies they start meanwhile, as in use. In the same run and against
-the same server, the bare baseline is measured first, while it is idle: the
-same door asked without a token (a 401: Django, its middleware and a view, no
-routing, no database). Judged by requests per second and p99 latency, and their ratio to
-the baseline. Afterwards every accepted message is checked to be stored.
+By default it starts ``conch serve --port 0`` (Daphne, with its runner, on loopback)
+in a throwaway CONCH_HOME, with every chat answered by a loopback model this bench
+runs and holds: a reply started waits on it, writing nothing. Then, against that
+server, with wrk:
+
+1. the bare baseline, while the server is idle: the same door asked without a
+   token (a 401: Django, its middleware and a view, no routing, no database);
+2. no reply playing: each of ``--people`` people has a session whose reply waits
+   on the held model, and every message wrk sends goes to one of them (queued
+   behind that reply): the inbound path alone, beside a runner with nothing to play;
+3. replies playing: the model answers now, the runner plays a reply after each
+   message, and wrk keeps sending, as in use.
+
+Judged by: requests per second against the bare baseline (goal ≥ 0.5x) and p99
+(goal ≤ 50 ms) while no reply is playing; the same ratio with replies playing is
+printed too. Afterwards every accepted message is checked to be stored.
+
+``--port`` benches a server already running on loopback (its ``--home`` is needed to
+make a token and check what it stored): its replies play as that server plays them,
+so phase 2 is its own messages to existing sessions, with whatever replies run.
+``--checkout DIR`` serves another checkout's code (``DIR/manage.py serve``) with this
+venv: a branch measured the same way as this one.
 
 wrk is a load tool from Debian, not a Python package; install it once:
 
     apt-get install -y wrk
     .venv/bin/python bench/bench_inbound.py [--seconds 10] [--connections 16]
+    .venv/bin/python bench/bench_inbound.py --connections 1
+    .venv/bin/python bench/bench_inbound.py --port 8000 --home ~/.conch
 
 Loopback only; each wrk run is bounded by --seconds.
 """
@@ -21,6 +36,8 @@ Loopback only; each wrk run is bounded by --seconds.
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import os
 import re
 import shutil
@@ -30,29 +47,31 @@ import subprocess
 import sys
 import tempfile
 import threading
-import urllib.error
-import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCH = Path(sys.executable).with_name("conch")
 START_TIMEOUT = 60
+MODEL = "bench-model"
+GOAL_RATIO = 0.5
+GOAL_P99_MS = 50.0
 
 INBOUND_LUA = r"""
--- Every request a new message_id (thread id + counter), from one of 1,000 people.
-local threads, counter, token = {}, 0, ""
+-- Every request a new message_id (phase, thread id, counter), from one of PEOPLE people.
+local threads, counter, token, phase = {}, 0, "", ""
 function setup(thread)
   table.insert(threads, thread)
   thread:set("id", #threads)
 end
 function init(args)
-  token = args[1]
+  token, phase = args[1], args[2]
 end
 function request()
   counter = counter + 1
   local body = string.format(
-    '{"channel":"telegram","chat_type":"dm","peer":"p%d","message_id":"w%d-%d","text":"hello [w%d-%d]"}',
-    counter % 1000, id, counter, id, counter)
+    '{"channel":"telegram","chat_type":"dm","peer":"p%d","message_id":"%s%d-%d","text":"hello [%s%d-%d]"}',
+    counter % PEOPLE, phase, id, counter, phase, id, counter)
   return wrk.format("POST", "/gateway/inbound",
     {["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token}, body)
 end
@@ -66,10 +85,70 @@ end
 """
 
 
-def serve(home: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+class HeldModel:
+    """An OpenAI-compatible model on a loopback port that holds every answer until
+    :meth:`release`: a reply started waits on it, holding a runner thread, writing nothing."""
+
+    def __init__(self) -> None:
+        released = self.released = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                released.wait(600)
+                message = {"role": "assistant", "content": "ok."}
+                if not body.get("stream"):
+                    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+                    self._json({"object": "chat.completion", "model": MODEL, "choices": [choice]})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Content-Length", "-1")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for delta, finish in ((message, None), ({}, "stop")):
+                    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+                    chunk = {"object": "chat.completion.chunk", "model": MODEL, "choices": [choice]}
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.close_connection = True
+
+            def _json(self, payload) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def release(self) -> None:
+        self.released.set()
+
+    def close(self) -> None:
+        self.released.set()
+        self.server.shutdown()
+
+
+def serve(
+    env: dict[str, str], *, model_url: str, checkout: Path | None
+) -> tuple[subprocess.Popen, str]:
+    command = [str(CONCH), "serve"] if checkout is None else [sys.executable, "manage.py", "serve"]
     process = subprocess.Popen(
-        [str(CONCH), "serve", "--port", "0"],
-        cwd=ROOT,
+        [*command, "--port", "0", "--model", model_url],
+        cwd=checkout or ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -78,10 +157,12 @@ def serve(home: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     )
     found = threading.Event()
     url: list[str] = []
+    said: list[str] = []
 
     def read() -> None:
         assert process.stdout is not None
         for line in process.stdout:
+            said.append(line)
             match = re.search(r"Conch is running at (http://\S+)/", line)
             if match and not url:
                 url.append(match.group(1))
@@ -90,7 +171,7 @@ def serve(home: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
     threading.Thread(target=read, daemon=True).start()
     if not found.wait(START_TIMEOUT):
         stop(process)
-        raise SystemExit("conch serve did not start")
+        raise SystemExit("conch serve did not start:\n" + "".join(said[-20:]))
     return process, url[0]
 
 
@@ -104,39 +185,41 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(5)
 
 
-def post(url: str, body: bytes, token: str) -> int:
-    request = urllib.request.Request(
-        f"{url}/gateway/inbound",
-        data=body,
-        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
+def message(person: int, message_id: str) -> bytes:
+    return json.dumps(
+        {
+            "channel": "telegram",
+            "chat_type": "dm",
+            "peer": f"p{person}",
+            "message_id": message_id,
+            "text": f"hello [{message_id}]",
+        }
+    ).encode()
+
+
+def post_all(url: str, token: str, bodies: list[bytes]) -> None:
+    """Send these one after another on one kept-alive connection; each must be taken."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+    for body in bodies:
+        connection.request("POST", "/gateway/inbound", body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        if response.status != 202:
+            raise SystemExit(f"the inbound door answered {response.status}, not 202")
+    connection.close()
 
 
 def wrk(url: str, script: Path, *, seconds: int, connections: int, args: list[str]) -> dict:
+    threads = min(2, connections)  # wrk needs a connection per thread at least
     done = subprocess.run(
-        [
-            "wrk",
-            "-t2",
-            f"-c{connections}",
-            f"-d{seconds}s",
-            "--timeout",
-            "10s",
-            "--latency",
-            "-s",
-            str(script),
-            f"{url}/gateway/inbound",
-            "--",
-            *args,
-        ],
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s",
+         "--latency", "-s", str(script), f"{url}/gateway/inbound", "--", *args],
         capture_output=True,
         text=True,
         check=True,
-    )
+    )  # fmt: skip
     out = done.stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     p99 = re.search(r"^\s+99%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
@@ -153,92 +236,106 @@ def wrk(url: str, script: Path, *, seconds: int, connections: int, args: list[st
     }
 
 
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--people", type=int, default=500)
+    parser.add_argument("--port", type=int, help="bench the server already running here")
+    parser.add_argument("--home", type=Path, help="that server's CONCH_HOME (with --port)")
+    parser.add_argument("--checkout", type=Path, help="serve this checkout's code instead")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
+    if args.port and not (args.home or os.environ.get("CONCH_HOME")):
+        raise SystemExit("--port needs that server's --home (or CONCH_HOME) for a token")
 
-    home = Path(tempfile.mkdtemp(prefix="conch-bench-inbound-"))
-    env = {
-        **os.environ,
-        "CONCH_HOME": str(home),
-        "DATABASE_URL": "",
-        "REDIS_URL": "",
-        "CONCH_LOG_LEVEL": "WARNING",
-    }
+    own = not args.port
+    home = (
+        Path(tempfile.mkdtemp(prefix="conch-bench-inbound-"))
+        if own
+        else (args.home or Path(os.environ["CONCH_HOME"])).expanduser()
+    )
+    env = {**os.environ, "CONCH_HOME": str(home), "CONCH_LOG_LEVEL": "WARNING"}
+    if own:
+        env |= {"DATABASE_URL": "", "REDIS_URL": ""}
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    process, url = serve(home, env)
+    model = HeldModel() if own else None
+    process = None
+    scripts = Path(tempfile.mkdtemp(prefix="conch-bench-wrk-"))
     try:
+        if model is not None:
+            process, url = serve(env, model_url=model.url, checkout=args.checkout)
+        else:
+            url = f"http://127.0.0.1:{args.port}"
+        token_command = (
+            [str(CONCH), "conch_gateway_token"]
+            if args.checkout is None
+            else [sys.executable, "manage.py", "conch_gateway_token"]
+        )
         token = subprocess.run(
-            [str(CONCH), "conch_gateway_token"], env=env, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        first = (
-            b'{"channel":"telegram","chat_type":"dm","peer":"p0","message_id":"warm","text":"hi"}'
-        )
-        assert post(url, first, token) == 202, "the inbound door did not take a message"
-
-        scripts = home / "wrk"
-        scripts.mkdir()
-        (scripts / "inbound.lua").write_text(INBOUND_LUA)
+            token_command, cwd=args.checkout or ROOT, env=env, capture_output=True, text=True,
+            check=True,
+        ).stdout.strip()  # fmt: skip
+        (scripts / "inbound.lua").write_text(INBOUND_LUA.replace("PEOPLE", str(args.people)))
         (scripts / "bare.lua").write_text(BARE_LUA)
-        # The baseline first, while the server is idle: the runner then plays the replies
-        # the inbound messages start, as it would in use, during the inbound run.
-        bare = wrk(
-            url, scripts / "bare.lua", seconds=args.seconds, connections=args.connections, args=[]
-        )
-        inbound = wrk(
-            url,
-            scripts / "inbound.lua",
-            seconds=args.seconds,
-            connections=args.connections,
-            args=[token],
-        )
+        run = {"seconds": args.seconds, "connections": args.connections}
+
+        bare = wrk(url, scripts / "bare.lua", args=[], **run)
+        # Each person's session, its first reply started (and held at the model).
+        post_all(url, token, [message(n, f"first-{n}") for n in range(args.people)])
+        quiet = wrk(url, scripts / "inbound.lua", args=[token, "q"], **run)
+        if model is not None:
+            model.release()
+        busy = wrk(url, scripts / "inbound.lua", args=[token, "w"], **run)
     finally:
-        stop(process)
+        if process is not None:
+            stop(process)
+        if model is not None:
+            model.close()
+        shutil.rmtree(scripts, ignore_errors=True)
 
-    database = sqlite3.connect(home / "conch.sqlite3")
-    receipts = dict(
-        database.execute(
-            "SELECT outcome, count(*) FROM chats_inboundrecord WHERE message_id GLOB 'w[0-9]*' "
-            "GROUP BY outcome"
-        ).fetchall()
+    lost, stored, outcomes, sessions = stored_check(home)
+    accepted = sum(phase["requests"] - phase["non_2xx"] for phase in (quiet, busy))
+    server = (
+        "conch serve (Daphne + runner) on loopback, SQLite, replies held at a loopback "
+        "model until phase 3"
+        if own
+        else f"the server on port {args.port}"
     )
-    # Each message is in its session: in the transcript, or queued behind the open reply.
-    lost = database.execute(
-        "SELECT count(*) FROM chats_inboundrecord r WHERE r.message_id GLOB 'w[0-9]*' AND NOT "
-        "EXISTS (SELECT 1 FROM chats_entry e WHERE e.conversation_id = r.conversation_id "
-        "AND instr(e.text, '[' || r.message_id || ']')) AND NOT EXISTS (SELECT 1 FROM "
-        "chats_queuedinput q WHERE q.conversation_id = r.conversation_id "
-        "AND instr(q.text, '[' || r.message_id || ']'))"
-    ).fetchone()[0]
-    sessions = database.execute(
-        "SELECT count(*) FROM chats_conversation WHERE session_key LIKE 'agent:main:dm:telegram:%'"
-    ).fetchone()[0]
-    database.close()
-    stored = sum(receipts.values())
-    accepted = inbound["requests"] - inbound["non_2xx"]
-
+    if args.checkout:
+        server += f", code from {args.checkout}"
     print(
-        f"server: conch serve (Daphne + runner) on loopback, SQLite; wrk -t2 "
-        f"-c{args.connections}, {args.seconds} s each"
+        f"server: {server}; wrk -t{min(2, args.connections)} -c{args.connections}, "
+        f"{args.seconds} s a phase; {args.people} people; load: {os.getloadavg()[0]:.2f}"
     )
+    for name, phase in (("bare view (401)", bare), ("no reply playing", quiet),
+                        ("replies playing", busy)):  # fmt: skip
+        print(
+            f"  {name}: {phase['rps']:.0f} requests/s, p99 {phase['p99_ms']:.1f} ms; "
+            f"{phase['requests']:,} requests, {phase['non_2xx']} not 2xx, "
+            f"socket errors: {phase['socket_errors']}"
+        )
+    ratio = quiet["rps"] / bare["rps"]
     print(
-        f"inbound (HTTP → routed → stored): {inbound['rps']:.0f} requests/s, "
-        f"p99 {inbound['p99_ms']:.1f} ms; {inbound['requests']:,} requests, "
-        f"{inbound['non_2xx']} not 2xx, socket errors: {inbound['socket_errors']}"
+        f"inbound / bare view, no reply playing: {ratio:.2f}x the requests per second "
+        f"(goal >= {GOAL_RATIO}x, {ratio / GOAL_RATIO:.2f}x of goal) {verdict(ratio >= GOAL_RATIO)}"
     )
+    p99 = quiet["p99_ms"]
     print(
-        f"bare Django view (the same door, no token: 401): {bare['rps']:.0f} requests/s, "
-        f"p99 {bare['p99_ms']:.1f} ms; socket errors: {bare['socket_errors']}"
+        f"inbound p99, no reply playing: {p99:.1f} ms (goal <= {GOAL_P99_MS:.0f} ms, "
+        f"{p99 / GOAL_P99_MS:.2f}x of goal) {verdict(p99 <= GOAL_P99_MS)}"
     )
+    busy_ratio = busy["rps"] / bare["rps"]
     print(
-        f"ratio inbound / bare: {inbound['rps'] / bare['rps']:.2f}x the requests per second, "
-        f"{inbound['p99_ms'] / bare['p99_ms']:.1f}x the p99"
+        f"inbound / bare view, replies playing: {busy_ratio:.2f}x the requests per second "
+        f"(goal >= {GOAL_RATIO}x, {busy_ratio / GOAL_RATIO:.2f}x of goal) "
+        f"{verdict(busy_ratio >= GOAL_RATIO)}; p99 {busy['p99_ms']:.1f} ms"
     )
-    outcomes = ", ".join(f"{count:,} {outcome}" for outcome, count in sorted(receipts.items()))
     print(
         f"stored: {stored:,} messages ({outcomes}) in {sessions:,} sessions; wrk counted "
         f"{accepted:,} answered in time (the rest were in flight when it stopped); "
@@ -246,7 +343,32 @@ def main() -> None:
     )
     if lost or stored < accepted:
         raise SystemExit("NOT every accepted message was stored")
-    shutil.rmtree(home, ignore_errors=True)
+    if own:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def stored_check(home: Path) -> tuple[int, int, str, int]:
+    """Each message wrk sent is in its session: in the transcript, or queued behind a reply."""
+    database = sqlite3.connect(home / "conch.sqlite3")
+    receipts = dict(
+        database.execute(
+            "SELECT outcome, count(*) FROM gateway_inboundrecord WHERE message_id GLOB "
+            "'[qw][0-9]*' GROUP BY outcome"
+        ).fetchall()
+    )
+    lost = database.execute(
+        "SELECT count(*) FROM gateway_inboundrecord r WHERE r.message_id GLOB '[qw][0-9]*' "
+        "AND NOT EXISTS (SELECT 1 FROM chats_entry e WHERE e.conversation_id = r.conversation_id "
+        "AND instr(e.text, '[' || r.message_id || ']')) AND NOT EXISTS (SELECT 1 FROM "
+        "chats_queuedinput q WHERE q.conversation_id = r.conversation_id "
+        "AND instr(q.text, '[' || r.message_id || ']'))"
+    ).fetchone()[0]
+    sessions = database.execute(
+        "SELECT count(*) FROM chats_conversation WHERE session_key LIKE 'agent:%:dm:telegram:%'"
+    ).fetchone()[0]
+    database.close()
+    outcomes = ", ".join(f"{count:,} {outcome}" for outcome, count in sorted(receipts.items()))
+    return lost, sum(receipts.values()), outcomes, sessions
 
 
 if __name__ == "__main__":

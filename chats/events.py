@@ -1,8 +1,9 @@
 """The one way a change reaches browsers and watchers.
 
-Services call :func:`publish` inside their transaction. The event gets the
-owner's next sequence number there, and goes out only after the transaction
-commits (``transaction.on_commit``): to the owner's Channels group, where the
+Services call :func:`publish` inside their transaction. The event goes out only
+after the transaction commits (``transaction.on_commit``), numbered then with the
+owner's next sequence number, the whole transaction's events in one statement: to
+the owner's Channels group, where the
 consumer renders the same partials the views render, and to in-process
 subscribers such as the runner and the waits.
 
@@ -22,7 +23,6 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
-from django.db.models import F
 
 from chats.models import Conversation, EventStream
 
@@ -154,14 +154,81 @@ def subscribe(callback: Subscriber) -> Callable[[], None]:
     return unsubscribe
 
 
+class _Numbering:
+    """The events one transaction publishes, numbered together once it commits.
+
+    Numbered after the commit, in one statement for the whole transaction: a writer
+    never holds the owner's stream row while it works, and a page that reads the
+    sequence number before its state (``regions.page_context``) stays right. Any
+    event numbered at or below the number it read belongs to a transaction that had
+    committed before that read, so its change is in what the page reads next.
+    """
+
+    __slots__ = ("hooks", "owners", "seqs")
+
+    def __init__(self, hooks: list) -> None:
+        self.hooks = hooks  # the connection's on-commit list this transaction fills
+        self.owners: list[int] = []  # each event's owner, in publishing order
+        self.seqs: list[int] | None = None  # their numbers, once numbered
+
+    def take(self, owner_id: int, count: int) -> int:
+        """Hold ``count`` places for the owner's events; the first one's position."""
+        position = len(self.owners)
+        self.owners.extend([owner_id] * count)
+        return position
+
+    def number(self) -> list[int]:
+        """Every held place's number: one statement an owner, the first hook to run."""
+        if self.seqs is None:
+            counts: dict[int, int] = {}
+            for owner_id in self.owners:
+                counts[owner_id] = counts.get(owner_id, 0) + 1
+            last = {owner_id: _next_seq(owner_id, n) for owner_id, n in counts.items()}
+            seqs = [0] * len(self.owners)
+            for position in range(len(self.owners) - 1, -1, -1):  # each owner's last first
+                owner_id = self.owners[position]
+                seqs[position] = last[owner_id]
+                last[owner_id] -= 1
+            self.seqs = seqs
+        return self.seqs
+
+
+def _numbering(count: int, owner_id: int) -> tuple[_Numbering, int]:
+    """This transaction's numbering (a new one if it has none yet, or it was numbered
+    already) and the position of ``count`` new places in it.
+
+    A transaction is known by the connection's list of on-commit hooks: Django makes a
+    new one when a transaction commits or rolls back (or a savepoint rolls back, which
+    starts a new numbering: events the rollback dropped only leave a gap, a hint).
+    """
+    conn = transaction.get_connection()
+    numbering = getattr(conn, "conch_numbering", None)
+    if (
+        numbering is None
+        or numbering.seqs is not None
+        or numbering.hooks is not conn.run_on_commit
+        or not conn.in_atomic_block
+    ):
+        numbering = _Numbering(conn.run_on_commit)
+        setattr(conn, "conch_numbering", numbering)  # noqa: B010 (one per connection)
+    return numbering, numbering.take(owner_id, count)
+
+
 def _next_seq(owner_id: int, count: int = 1) -> int:
-    """Take ``count`` sequence numbers for the owner; returns the last of them."""
-    with transaction.atomic():
-        updated = EventStream.objects.filter(owner_id=owner_id).update(seq=F("seq") + count)
-        if not updated:
-            EventStream.objects.get_or_create(owner_id=owner_id)
-            EventStream.objects.filter(owner_id=owner_id).update(seq=F("seq") + count)
-        return EventStream.objects.values_list("seq", flat=True).get(owner_id=owner_id)
+    """Take ``count`` sequence numbers for the owner in one statement; returns the last.
+
+    Runs after the commit of the transaction that published them, in autocommit: the
+    row is held only for this statement.
+    """
+    table = EventStream._meta.db_table
+    sql = f"UPDATE {table} SET seq = seq + %s WHERE owner_id = %s RETURNING seq"
+    with transaction.get_connection().cursor() as cursor:
+        cursor.execute(sql, [count, owner_id])
+        row = cursor.fetchone()
+    if row is None:  # the owner's first event ever: make the stream, then take them
+        EventStream.objects.get_or_create(owner_id=owner_id)
+        return _next_seq(owner_id, count)
+    return row[0]
 
 
 def current_seq(owner_id: int) -> int:
@@ -175,12 +242,17 @@ def publish(
     conversation_id: str | None = None,
     data: dict[str, Any] | None = None,
 ) -> None:
-    """Number the event now, send it once the surrounding transaction commits."""
+    """Send the event once the surrounding transaction commits, numbered then."""
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}")
-    seq = _next_seq(owner_id)
-    event = Event(event_type, owner_id, seq, conversation_id, dict(data or {}))
-    transaction.on_commit(lambda: _deliver(event))
+    numbering, position = _numbering(1, owner_id)
+    data = dict(data or {})
+
+    def deliver() -> None:
+        seq = numbering.number()[position]
+        _deliver(Event(event_type, owner_id, seq, conversation_id, data))
+
+    transaction.on_commit(deliver)
 
 
 def publish_chat(
@@ -202,7 +274,7 @@ def publish_many(
     conversation_ids: list[str],
     data: dict[str, Any] | None = None,
 ) -> None:
-    """:func:`publish` for each of these chats, numbered in one write and sent in one go.
+    """:func:`publish` for each of these chats, numbered together and sent in one go.
 
     For bulk changes (maintenance pruning thousands of sessions): every page and
     watcher gets exactly the events that one ``publish`` each would have sent.
@@ -211,12 +283,20 @@ def publish_many(
         raise ValueError(f"unknown event type {event_type!r}")
     if not conversation_ids:
         return
-    first = _next_seq(owner_id, len(conversation_ids)) - len(conversation_ids) + 1
-    batch = [
-        Event(event_type, owner_id, first + n, conversation_id, dict(data or {}))
-        for n, conversation_id in enumerate(conversation_ids)
-    ]
-    transaction.on_commit(lambda: _deliver_many(batch))
+    ids = list(conversation_ids)
+    numbering, first = _numbering(len(ids), owner_id)
+    data = dict(data or {})
+
+    def deliver() -> None:
+        seqs = numbering.number()[first : first + len(ids)]
+        _deliver_many(
+            [
+                Event(event_type, owner_id, seq, conversation_id, dict(data))
+                for seq, conversation_id in zip(seqs, ids, strict=True)
+            ]
+        )
+
+    transaction.on_commit(deliver)
 
 
 def _deliver(event: Event) -> None:

@@ -67,7 +67,7 @@ class GatewayAppConfig(AppConfig):
     def ready(self) -> None:
         from chats import hooks
         from chats.gateway.maintenance import maintenance_run
-        from chats.gateway.models import Binding, GatewayConfig, IdentityLink
+        from chats.gateway.models import Binding, GatewayConfig, IdentityLink, ResetPolicy
         from chats.gateway.outbox import outbox_deliver, register_sender
         from chats.gateway.routines import on_run_end, routines_fire
         from chats.gateway.routing import routing_changed
@@ -86,7 +86,7 @@ class GatewayAppConfig(AppConfig):
         register_sender(TelegramSender())
         hooks.add_turn_end_hook(on_turn_end)
         hooks.add_turn_end_hook(on_run_end)
-        for model in (Binding, Agent, IdentityLink, GatewayConfig):
+        for model in (Binding, Agent, IdentityLink, GatewayConfig, ResetPolicy):
             post_save.connect(
                 routing_changed, sender=model, dispatch_uid=f"gateway-routing-{model.__name__}"
             )

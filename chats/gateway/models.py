@@ -105,9 +105,17 @@ class Binding(models.Model):
     roles = models.JSONField(default=list, blank=True)
     team_id = models.CharField(max_length=128, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    routing_version = models.PositiveBigIntegerField(
+        default=0,
+        editable=False,
+        help_text="The routing version this binding was last saved at: a process whose index "
+        "is older reads only the bindings saved since.",
+    )
 
     class Meta:
         indexes = [
+            # A process behind reads the bindings changed since its index's version.
+            models.Index(fields=["routing_version"], name="binding_by_routing_version"),
             # The routing index reads one channel's bindings at a time, in pk order.
             models.Index(fields=["channel"], name="binding_by_channel"),
             # A cold channel's message looks up its keys tier by tier: each lookup is a
@@ -229,6 +237,20 @@ class MaintenanceMode(models.TextChoices):
     WARN = "warn", "warn: only report what it would do"
 
 
+class BindingDeletion(models.Model):
+    """A binding deleted at a routing version: a process whose index is older drops just it.
+
+    Kept for :data:`~chats.gateway.routing.DELETIONS_KEPT` versions; an index older than
+    the oldest kept is loaded afresh.
+    """
+
+    binding_id = models.BigIntegerField()
+    routing_version = models.PositiveBigIntegerField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"binding {self.binding_id} deleted at routing version {self.routing_version}"
+
+
 class GatewayConfig(models.Model):
     """The gateway's settings: one row (pk 1). Changing it rebuilds the routing index."""
 
@@ -249,7 +271,15 @@ class GatewayConfig(models.Model):
         help_text="A session's transcript is compacted to at most this many entries.",
     )
     routing_version = models.PositiveBigIntegerField(
-        default=0, editable=False, help_text="Bumped whenever bindings, agents or links change."
+        default=0,
+        editable=False,
+        help_text="Bumped whenever bindings, agents, links, reset policies or these settings change.",
+    )
+    routing_reset_version = models.PositiveBigIntegerField(
+        default=0,
+        editable=False,
+        help_text="The last version whose change was not a binding's (an agent, a link, a reset "
+        "policy, these settings): an index older than this one is loaded afresh.",
     )
 
     class Meta:

@@ -5,8 +5,11 @@ per tier, keyed by ``(channel, id)``, built once (``RouteIndex.build`` from any
 binding-shaped objects, for the playground) or channel by channel as messages
 arrive (``RouteIndex.load`` from the database: until a channel is indexed, its
 messages are routed by one indexed lookup a tier, so a cold start never waits for
-a channel's bindings), and dropped by :func:`routing_changed` when a binding, an agent, an identity link
-or the gateway's settings change. A binding's ``peer`` is matched against
+a channel's bindings). A binding saved or deleted changes just that binding in
+place, here and, at their next message, in every other process (each binding is
+stamped with the routing version it was saved at, and deletions are recorded); an
+agent, an identity link, a reset policy or the gateway's settings changing makes
+every process load its index afresh (:func:`routing_changed`). A binding's ``peer`` is matched against
 :attr:`Inbound.routing_peer` (the DM's sender, the group, the thread, the cron
 job); a thread inherits its parent's binding. The tiers and their ties are
 :mod:`chats.gateway.ladder`'s.
@@ -14,6 +17,7 @@ job); a thread inherits its parent's binding. The tiers and their ties are
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import gc
@@ -25,8 +29,9 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import F, Q, TextField, Value
+from django.db.models.functions import Cast, Greatest
+from django.db.models.signals import post_delete
 
 from chats.gateway.ids import (
     ANY_ACCOUNT,
@@ -39,7 +44,8 @@ from chats.gateway.ids import (
 from chats.gateway.inbound import Inbound
 from chats.gateway.keys import is_shared_dm, main_key_for, session_key_for
 from chats.gateway.ladder import CompiledBinding, Probe, Tier, compile_binding
-from chats.gateway.models import Binding, DmScope, GatewayConfig, IdentityLink
+from chats.gateway.lifecycle import Policies
+from chats.gateway.models import Binding, BindingDeletion, DmScope, GatewayConfig, IdentityLink
 from chats.gateway.selectors import gateway_config
 from chats.models import Agent
 from chats.runtime.chats import default_agent
@@ -117,6 +123,10 @@ _COLUMNS = (
     "roles",
     "team_id",
 )
+
+
+def _binding_id(binding: CompiledBinding) -> int:
+    return binding.id or 0
 
 
 def _fetch_rows(rows) -> list[tuple]:
@@ -329,6 +339,7 @@ class RouteIndex:
         self._channel_rows = channel_rows  # None: every binding was given
         self._tier_rows = tier_rows
         self._warm_rows = warm_rows_per_message
+        self._by_id: dict[int, CompiledBinding] = {}
         self._loaded: set[str] = set()
         self._read_up_to: dict[str, int] = {}  # a cold channel's last pk indexed
         self._cold: dict[str, dict[tuple[str, str], tuple[CompiledBinding, ...]]] = {}
@@ -339,16 +350,82 @@ class RouteIndex:
                 self._add(binding)
         self._default_rule = Rule(Tier.DEFAULT, None, f"default: → {self.default.slug}")
         self._rules: dict[tuple[int, Tier], Rule] = {}  # made the first time each rule wins
+        self._policies: Policies | None = None
 
     def _add(self, binding: CompiledBinding) -> None:
+        """Index a binding read in pk order (a channel's rows, or bindings given at once)."""
         if binding.agent_id not in self.agents:
             return
         self.count += 1
+        if binding.id is not None:
+            self._by_id[binding.id] = binding
         channel = binding.channel
         tables = self._tables
         for name, key in _places(binding):
             where = channel if name == "channel" else (channel, key)
             tables[name].setdefault(where, []).append(binding)
+
+    def _remove(self, binding_id: int) -> None:
+        """Take a binding out of every table that holds it. Each list is replaced, never
+        changed, so a message being routed meanwhile reads the old one whole."""
+        binding = self._by_id.pop(binding_id, None)
+        if binding is None:
+            return
+        self.count -= 1
+        tables = self._tables
+        for name, key in _places(binding):
+            where = binding.channel if name == "channel" else (binding.channel, key)
+            kept = [b for b in tables[name].get(where, ()) if b.id != binding_id]
+            if kept:
+                tables[name][where] = kept
+            else:
+                tables[name].pop(where, None)
+
+    def _insert(self, binding: CompiledBinding) -> None:
+        """Index one binding in its pk's place among the others (a new list each table)."""
+        if binding.agent_id not in self.agents or binding.id is None:
+            return
+        self.count += 1
+        self._by_id[binding.id] = binding
+        tables = self._tables
+        for name, key in _places(binding):
+            where = binding.channel if name == "channel" else (binding.channel, key)
+            bindings = list(tables[name].get(where, ()))
+            bisect.insort(bindings, binding, key=_binding_id)
+            tables[name][where] = bindings
+
+    def _holds(self, channel: str, binding_id: int) -> bool:
+        """Whether ``channel``'s bindings up to ``binding_id`` are indexed here."""
+        return self.is_warm(channel) or binding_id <= self._read_up_to.get(channel, 0)
+
+    def apply_changes(
+        self, *, changed: Iterable[tuple], deleted: Iterable[int], version: int
+    ) -> None:
+        """Bring the index to ``version`` in place: ``changed`` are the bindings saved since
+        (``channel`` then ``_COLUMNS``), ``deleted`` the ids deleted since.
+
+        Only what changed is touched; a message routed meanwhile sees the index before or
+        after each binding's change. A cold channel's remembered lookups are forgotten
+        (each is one indexed query to read again).
+        """
+        with self._loading:
+            for binding_id in deleted:
+                self._remove(binding_id)
+            for channel, *row in changed:
+                self._remove(row[0])
+                if self._holds(channel, row[0]):
+                    self._insert(_stored_binding(tuple(row), channel, self._slugs))
+            self._cold.clear()
+            self._rules = {}
+            self.version = version
+
+    def reset_policies(self) -> Policies:
+        """The reset policies, read once for this index: a policy changed anywhere makes
+        every process load a fresh index (:func:`routing_changed`)."""
+        policies = self._policies
+        if policies is None:
+            policies = self._policies = Policies.load()
+        return policies
 
     def is_warm(self, channel: str) -> bool:
         """Whether ``channel``'s bindings are all indexed (always, for a built index)."""
@@ -597,29 +674,73 @@ class RouteIndex:
 
 
 # ---------------------------------------------------------------------------
-# The process's index: built on first use, dropped on change
+# The process's index: built on first use, brought up to date in place
 
+
+# How many versions of binding deletions are kept for processes behind; an index older
+# than the oldest kept is loaded afresh.
+DELETIONS_KEPT = 10_000
 
 _lock = threading.Lock()
 _cached: RouteIndex | None = None
 
 
-def route_index(*, check_db: bool = False) -> RouteIndex:
-    """This process's index. ``check_db`` also compares the stored version (one query),
-    so a binding changed by another server process is seen on its next message."""
+def route_index() -> RouteIndex:
+    """This process's index, loaded on first use; no query after that.
+
+    A caller that routes a message checks the stored routing version in a query it
+    makes anyway (the inbound path's session lookup: ``routing_version_stored``), and
+    calls :func:`route_index_catch_up` when its index is older: a binding changed by
+    another process is seen on the next message, and a message costs no query for it.
+    """
     global _cached
     index = _cached
-    if index is not None and check_db:
-        stored = (
-            GatewayConfig.objects.filter(pk=1).values_list("routing_version", flat=True).first()
-        )
-        if stored != index.version:  # None too: the settings row is gone, all is new
-            index = None
     if index is None:
         with _lock:
-            index = RouteIndex.load()
-            _cached = index
+            index = _cached
+            if index is None:
+                index = _cached = RouteIndex.load()
     return index
+
+
+def _catch_up(index: RouteIndex) -> RouteIndex:
+    """``index`` with the bindings changed since its version applied in place (three
+    queries), or a fresh index if what changed was more than bindings."""
+    stored = GatewayConfig.objects.filter(pk=1).values_list(
+        "routing_version", "routing_reset_version"
+    )
+    found = stored.first()
+    if found is None:  # the settings row is gone: all is new
+        return RouteIndex.load()
+    version, reset_version = found
+    if version == index.version:
+        return index
+    if reset_version > index.version:
+        return RouteIndex.load()
+    since = {"routing_version__gt": index.version, "routing_version__lte": version}
+    changed = _fetch_rows(
+        Binding.objects.filter(**since)
+        .order_by("pk")
+        .values_list("channel", *_COLUMNS[:7], Cast("roles", output_field=TextField()), "team_id")
+    )
+    deleted = BindingDeletion.objects.filter(**since).values_list("binding_id", flat=True)
+    index.apply_changes(changed=changed, deleted=list(deleted), version=version)
+    return index
+
+
+def route_index_catch_up() -> RouteIndex:
+    """This process's index, brought up to the stored version now: just the bindings
+    changed since applied in place (or loaded afresh, see :func:`_catch_up`)."""
+    global _cached
+    with _lock:
+        index = _cached = RouteIndex.load() if _cached is None else _catch_up(_cached)
+    return index
+
+
+def _catch_up_after_commit() -> None:
+    """A binding changed here: apply it to this process's index, if it has one yet."""
+    if _cached is not None:
+        route_index_catch_up()
 
 
 def route_index_invalidate() -> None:
@@ -627,17 +748,45 @@ def route_index_invalidate() -> None:
     _cached = None
 
 
+def _bump(*, reset: bool) -> int:
+    """The next routing version, stored; ``reset``: every index older is loaded afresh."""
+    GatewayConfig.objects.get_or_create(pk=1)
+    changes: dict[str, Any] = {"routing_version": F("routing_version") + 1}
+    if reset:
+        changes["routing_reset_version"] = F("routing_version") + 1
+    GatewayConfig.objects.filter(pk=1).update(**changes)
+    return GatewayConfig.objects.values_list("routing_version", flat=True).get(pk=1)
+
+
 def routing_changed(sender, instance=None, created=False, raw=False, **kwargs) -> None:
-    """A binding, an agent, an identity link or the settings changed: drop the index here,
-    and bump the stored version so other processes drop theirs at their next message."""
+    """A binding, an agent, an identity link, a reset policy or the settings changed: bump
+    the stored version, so every process sees it at its next message.
+
+    A binding is stamped with the version it was saved at (a deletion is recorded), so
+    this process and the others apply just that binding's change in place. Anything
+    else drops the index here, and marks the version for a fresh load everywhere.
+    """
     if raw:
         return
     if sender is GatewayConfig and created:
         return  # the settings row being made: nothing routing reads has changed
-    route_index_invalidate()
-    GatewayConfig.objects.get_or_create(pk=1)
-    GatewayConfig.objects.filter(pk=1).update(routing_version=F("routing_version") + 1)
-    transaction.on_commit(route_index_invalidate)
+    if sender is not Binding:
+        route_index_invalidate()
+        _bump(reset=True)
+        transaction.on_commit(route_index_invalidate)
+        return
+    version = _bump(reset=False)
+    if kwargs.get("signal") is post_delete:
+        BindingDeletion.objects.create(binding_id=instance.pk, routing_version=version)
+        horizon = version - DELETIONS_KEPT
+        if BindingDeletion.objects.filter(routing_version__lte=horizon).delete()[0]:
+            # An index older than the deletions still kept could miss one: load it afresh.
+            GatewayConfig.objects.filter(pk=1).update(
+                routing_reset_version=Greatest("routing_reset_version", Value(horizon))
+            )
+    else:
+        Binding.objects.filter(pk=instance.pk).update(routing_version=version)
+    transaction.on_commit(_catch_up_after_commit)
 
 
 def resolve_route(
@@ -645,7 +794,15 @@ def resolve_route(
 ) -> Route:
     """The agent, the session key and the rule that won, for one inbound message.
 
-    ``index`` defaults to this process's (see :func:`route_index`); ``dm_scope``
-    defaults to the index's (the gateway's setting). Never scans bindings.
+    ``index`` defaults to this process's, checked against the stored routing version
+    first (one query: this door is the admin's and the tests', not the inbound path's,
+    which reads the version with the session); ``dm_scope`` defaults to the index's
+    (the gateway's setting). Never scans bindings.
     """
-    return (index or route_index()).resolve(inbound, dm_scope=dm_scope)
+    if index is None:
+        index = route_index()
+        stored = GatewayConfig.objects.filter(pk=1).values_list("routing_version", flat=True)
+        found = stored.first()
+        if found is None or found > index.version:
+            index = route_index_catch_up()
+    return index.resolve(inbound, dm_scope=dm_scope)

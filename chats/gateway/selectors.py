@@ -3,7 +3,7 @@ and a persona's own auth profiles."""
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, Q, QuerySet, Subquery
 
 from chats.gateway.models import ChatType, GatewayConfig, OwnerIdentity
 from chats.models import Agent, AuthProfile, Conversation
@@ -16,6 +16,11 @@ def gateway_config() -> GatewayConfig:
     return config
 
 
+def stored_routing_version() -> Subquery:
+    """The stored routing version, as a subquery a caller adds to a query it makes anyway."""
+    return Subquery(GatewayConfig.objects.filter(pk=1).values("routing_version")[:1])
+
+
 def session_active(*, agent_id: int, session_key: str, owner=None) -> Conversation | None:
     """The live generation of a session. Always looked up with its agent (and its owner,
     when given), so a message can only ever land in that persona's, that person's chat."""
@@ -23,6 +28,49 @@ def session_active(*, agent_id: int, session_key: str, owner=None) -> Conversati
     if owner is not None:
         chats = chats.filter(owner=owner)
     return chats.select_related("agent").first()
+
+
+def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound):
+    """What a message to a session reads, in one query: its live generation (with its
+    agent and its origin), the stored routing version (so a binding changed in another
+    process is seen, with no query of its own) and, for a DM, whether the sender is the
+    owner. None when the session has no live generation."""
+    chats = Conversation.objects.filter(
+        agent_id=agent_id, session_key=session_key, archived=False, owner=owner
+    ).annotate(routing_version_stored=stored_routing_version())
+    if inbound.chat_type == ChatType.DM:
+        chats = chats.annotate(
+            from_owner=Exists(
+                _owner_peers(
+                    owner=owner,
+                    channel=inbound.channel,
+                    account_id=inbound.account_id,
+                    peer=inbound.peer,
+                )
+            )
+        )
+    # Only what taking a message in reads (anything else loads if asked, and the query
+    # count test would see it): compiling the chat's, its agent's and its origin's every
+    # column cost more than running the query. A live generation is unique: no order.
+    found = chats.select_related("gateway").only(*INBOUND_READS).order_by()[:1]
+    return next(iter(found), None)
+
+
+# The chat's fields and its origin's that a message to a live session reads.
+INBOUND_READS = (
+    "public_id",
+    "owner_id",
+    "agent_id",
+    "status",
+    "taint",
+    "mode",
+    "last_interaction_at",
+    "session_key",
+    "gateway__reply_to",
+    "gateway__channel",
+    "gateway__account_id",
+    "gateway__rule",
+)
 
 
 def session_key_taken(*, session_key: str, owner) -> bool:
@@ -44,23 +92,33 @@ def session_latest_archived(*, agent_id: int, session_key: str, owner) -> Conver
     )
 
 
-def someone_elses(*, owner, inbound) -> bool:
-    """Whether a message brings someone else's words: a group or thread, or a DM not from the owner."""
+def someone_elses(*, owner, inbound, from_owner: bool | None = None) -> bool:
+    """Whether a message brings someone else's words: a group or thread, or a DM not from
+    the owner (``from_owner``, when already read with the session: see
+    :func:`session_for_inbound`)."""
     if inbound.chat_type in (ChatType.GROUP, ChatType.THREAD):
         return True
-    return inbound.chat_type == ChatType.DM and not is_owner_peer(
-        owner=owner, channel=inbound.channel, account_id=inbound.account_id, peer=inbound.peer
-    )
+    if inbound.chat_type != ChatType.DM:
+        return False
+    if from_owner is None:
+        from_owner = is_owner_peer(
+            owner=owner, channel=inbound.channel, account_id=inbound.account_id, peer=inbound.peer
+        )
+    return not from_owner
 
 
 def is_owner_peer(*, owner, channel: str, account_id: str, peer: str) -> bool:
     """Whether ``peer`` on ``channel`` is the owner themself (configured in OwnerIdentity)."""
+    return _owner_peers(owner=owner, channel=channel, account_id=account_id, peer=peer).exists()
+
+
+def _owner_peers(*, owner, channel: str, account_id: str, peer: str) -> QuerySet[OwnerIdentity]:
     return OwnerIdentity.objects.filter(
         Q(account_id="") | Q(account_id=account_id),
         owner=owner,
         channel__iexact=channel,
         peer=peer,
-    ).exists()
+    )
 
 
 def auth_profiles_for(*, agent: Agent) -> QuerySet[AuthProfile]:

@@ -28,14 +28,16 @@ from chats.gateway.lifecycle import Policies, due_before, local_zone, manual_res
 from chats.gateway.models import (
     ChannelAccount,
     ChatType,
+    GatewayConfig,
     GatewayToken,
     InboundRecord,
     SessionOrigin,
 )
 from chats.gateway.outbox import outbox_enqueue, outbox_enqueue_reply, reply_target
-from chats.gateway.routing import Route, route_index
+from chats.gateway.routing import Route, RouteIndex, route_index, route_index_catch_up
 from chats.gateway.selectors import (
     session_active,
+    session_for_inbound,
     session_key_taken,
     session_latest_archived,
     someone_elses,
@@ -287,35 +289,54 @@ def inbound_receive(
     now: dt.datetime | None = None,
 ) -> InboundResult:
     """Route one inbound message into its session and send it there. Idempotent on
-    (channel, account_id, message_id): a repeat changes nothing and says ``duplicate``."""
+    (channel, account_id, message_id): a repeat changes nothing and says ``duplicate``.
+
+    A message to a live session reads one row for it (:func:`session_for_inbound`: the
+    chat, its origin, the stored routing version and who the sender is); its receipt is
+    written last, so a repeat finds the receipt taken and undoes everything it did.
+    """
+    stamp = now is not None  # a caller's clock: stamp the chat with it, not the wall clock
     now = now or timezone.now()
-    route = route_index(check_db=True).resolve(inbound)
+    index = route_index()
+    route = index.resolve(inbound)
     reply_to = reply_to if reply_to is not None else default_reply_to(inbound)
     command = manual_reset(inbound.text) if inbound.chat_type != ChatType.CRON else None
-
-    base: dict[str, Any] = {
-        "session_key": route.session_key,
-        "agent": route.agent.slug,
-        "rule": route.rule.label,
-        "tier": str(route.rule.tier),
-        "shared_dm": route.shared_dm,
-    }
-    with transaction.atomic():
-        record = _record_once(inbound, route, now)
-        if record is None:
-            first = InboundRecord.objects.filter(
-                channel=inbound.channel,
-                account_id=inbound.account_id,
-                message_id=inbound.message_id,
-            ).first()
-            chat = (
-                Conversation.objects.filter(pk=first.conversation_id).first()
-                if first is not None and first.conversation_id is not None
-                else None
+    try:
+        with transaction.atomic():
+            found = _session_found(owner, inbound, route)
+            stored = (
+                getattr(found, "routing_version_stored", None)
+                if found is not None
+                else (
+                    GatewayConfig.objects.filter(pk=1)
+                    .values_list("routing_version", flat=True)
+                    .first()
+                )
             )
-            return InboundResult(outcome="duplicate", chat=chat.public_id if chat else None, **base)
-        outcome, chat = _take_in(owner, inbound, route, reply_to, command, now)
-        InboundRecord.objects.filter(pk=record.pk).update(conversation=chat, outcome=outcome)
+            if stored is None or stored > index.version:  # a binding changed since
+                index = route_index_catch_up()
+                fresh = index.resolve(inbound)
+                if fresh != route:
+                    route = fresh
+                    found = _session_found(owner, inbound, route)
+            outcome, chat = _take_in(
+                owner, inbound, route, reply_to, command, now, found, index, stamp=stamp
+            )
+            _receipt(inbound, route, now, chat, outcome)
+    except IntegrityError:
+        first = InboundRecord.objects.filter(
+            channel=inbound.channel, account_id=inbound.account_id, message_id=inbound.message_id
+        ).first()
+        if first is None:
+            raise
+        earlier = (
+            Conversation.objects.filter(pk=first.conversation_id).first()
+            if first.conversation_id is not None
+            else None
+        )
+        return InboundResult(
+            outcome="duplicate", chat=earlier.public_id if earlier else None, **_described(route)
+        )
     log.info(
         "inbound %s:%s:%s → %s via %s (%s)",
         inbound.channel,
@@ -325,7 +346,23 @@ def inbound_receive(
         route.rule.label,
         outcome,
     )
-    return InboundResult(outcome=outcome, chat=chat.public_id, **base)
+    return InboundResult(outcome=outcome, chat=chat.public_id, **_described(route))
+
+
+def _described(route: Route) -> dict[str, Any]:
+    return {
+        "session_key": route.session_key,
+        "agent": route.agent.slug,
+        "rule": route.rule.label,
+        "tier": str(route.rule.tier),
+        "shared_dm": route.shared_dm,
+    }
+
+
+def _session_found(owner, inbound: Inbound, route: Route) -> Conversation | None:
+    return session_for_inbound(
+        agent_id=route.agent.id, session_key=route.session_key, owner=owner, inbound=inbound
+    )
 
 
 def inbound_not_taken(
@@ -350,24 +387,24 @@ def inbound_not_taken(
         pass  # kept already
 
 
-def _record_once(inbound: Inbound, route: Route, now: dt.datetime) -> InboundRecord | None:
-    """The message's receipt, or None if it was received before. Call inside ``atomic()``:
-    a concurrent twin waits on the unique row and then sees it."""
-    try:
-        with transaction.atomic():
-            return InboundRecord.objects.create(
-                channel=inbound.channel,
-                account_id=inbound.account_id,
-                message_id=inbound.message_id,
-                session_key=route.session_key,
-                agent_slug=route.agent.slug,
-                rule=route.rule.label[:255],
-                outcome="received",
-                shared_dm=route.shared_dm,
-                received_at=now,
-            )
-    except IntegrityError:
-        return None
+def _receipt(
+    inbound: Inbound, route: Route, now: dt.datetime, chat: Conversation, outcome: str
+) -> None:
+    """The message's receipt, written last inside the message's transaction. A twin
+    received before (or at once, on PostgreSQL: it waits on the unique row) makes this
+    raise IntegrityError, and the whole message is undone: it was a duplicate."""
+    InboundRecord.objects.create(
+        channel=inbound.channel,
+        account_id=inbound.account_id,
+        message_id=inbound.message_id,
+        conversation=chat,
+        session_key=route.session_key,
+        agent_slug=route.agent.slug,
+        rule=route.rule.label[:255],
+        outcome=outcome,
+        shared_dm=route.shared_dm,
+        received_at=now,
+    )
 
 
 def _take_in(
@@ -377,10 +414,17 @@ def _take_in(
     reply_to: dict,
     command: tuple[str, str] | None,
     now: dt.datetime,
+    chat: Conversation | None,
+    index: RouteIndex,
+    *,
+    stamp: bool,
 ) -> tuple[str, Conversation]:
-    others = someone_elses(owner=owner, inbound=inbound)
+    """Land the message in ``chat`` (its session's live generation, None if none), or in
+    a new generation; ``stamp``: the caller gave ``now``, so the chat is stamped with it."""
+    others = someone_elses(
+        owner=owner, inbound=inbound, from_owner=getattr(chat, "from_owner", None)
+    )
     fields = _origin_fields(inbound, route, reply_to)
-    chat = session_active(agent_id=route.agent.id, session_key=route.session_key, owner=owner)
     if chat is None and session_key_taken(session_key=route.session_key, owner=owner):
         raise SessionTaken(ERR_KEY_TAKEN.format(key=route.session_key))
     previous, why = None, ""
@@ -390,7 +434,7 @@ def _take_in(
         if command is not None:
             why = f"you sent {command[0]}"
         elif inbound.chat_type != ChatType.CRON:
-            policy = Policies.load().for_session(
+            policy = index.reset_policies().for_session(
                 chat_type=inbound.chat_type, channel=inbound.channel
             )
             why = reset_reason(
@@ -438,12 +482,7 @@ def _take_in(
             if chat is None:
                 raise
     else:
-        SessionOrigin.objects.filter(pk=chat.pk).update(
-            reply_to=reply_to,
-            channel=inbound.channel,
-            account_id=inbound.account_id,
-            rule=fields["rule"],
-        )
+        _origin_follow(chat, reply_to=reply_to, inbound=inbound, rule=fields["rule"])
 
     if others and not chat.taint_at_least(Taint.PERSON):
         # Someone else's words just joined a chat of yours (dmScope shared): from now
@@ -469,10 +508,26 @@ def _take_in(
         else None
     )
     sent = message_send(conversation=chat, text=_message_text(inbound, text), said_by=said_by)
-    Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
+    if stamp or not isinstance(sent, Turn):  # a reply started stamped it already, with now
+        Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
     if pending:
         return "reset_pending", chat
     return ("queued" if isinstance(sent, QueuedInput) else "started"), chat
+
+
+def _origin_follow(chat: Conversation, *, reply_to: dict, inbound: Inbound, rule: str) -> None:
+    """Point the session's replies where its latest message came from; no write when
+    that is where they go already (the origin was read with the chat)."""
+    follows = {
+        "reply_to": reply_to,
+        "channel": inbound.channel,
+        "account_id": inbound.account_id,
+        "rule": rule,
+    }
+    origin = getattr(chat, "gateway", None)
+    if origin is not None and all(getattr(origin, k) == v for k, v in follows.items()):
+        return
+    SessionOrigin.objects.filter(pk=chat.pk).update(**follows)
 
 
 # ---------------------------------------------------------------------------

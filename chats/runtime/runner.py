@@ -138,6 +138,8 @@ class Runner:
             turns_recover(orphaned_only=True)
         with self._lock:
             room = self.threads - len(self._active)
+        if room <= 0 or not runnable_exists():
+            return []
         claimed = turn_claim(worker=self.name, limit=room)
         for turn_id in claimed:
             with self._lock:
@@ -220,6 +222,17 @@ def drain(*, worker: str = "drain", limit: int = 10_000, honour_delays: bool = F
         else:
             turn_release(turn_id=turn_id, worker=worker)
     return played
+
+
+def runnable_exists() -> bool:
+    """Whether any reply waits for a runner: a plain read, so an idle runner's tick never
+    opens a transaction. On SQLite (IMMEDIATE) a claim's transaction takes the database's
+    write lock even when it claims nothing, and the runner ticks on every status event:
+    the writers taking messages in would queue behind it, message after message.
+    """
+    return Turn.objects.filter(
+        state=TurnState.RUNNING, ended_at__isnull=True, claimed_by=""
+    ).exists()
 
 
 def runnable_by_chat() -> dict[int, int]:

@@ -73,3 +73,16 @@ def test_an_action_that_raises_fails_the_reply_as_the_runner_does(agent, monkeyp
     assert drive_one_action(turn_id=turn.pk, worker="player")
     turn.refresh_from_db()
     assert (turn.state, turn.end_reason, turn.claimed_by) == (TurnState.FAILED, ERR_INTERNAL, "")
+
+
+def test_an_idle_runners_tick_opens_no_transaction(db):
+    """Nothing to claim: the tick reads, and never takes SQLite's write lock (a claim's
+    IMMEDIATE transaction) from the writers taking messages in."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    runner = Runner(name="idle-runner", lone=False)
+    with CaptureQueriesContext(connection) as ticked:
+        assert runner.tick() == []
+    sqls = [q["sql"] for q in ticked.captured_queries]
+    assert not [s for s in sqls if s.startswith(("SAVEPOINT", "UPDATE", "INSERT", "DELETE"))], sqls

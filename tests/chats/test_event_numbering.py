@@ -1,0 +1,100 @@
+"""Events are numbered after their transaction commits, the whole transaction in one statement.
+
+A writer never holds the owner's stream row while it works, and a page that read the
+sequence number before its state (``regions.page_context``) never takes a change that
+committed after that read for one it has.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from chats import events
+from tests.factories import ChatFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def stream_statements(queries) -> list[str]:
+    return [q["sql"] for q in queries if "chats_eventstream" in q["sql"]]
+
+
+def test_a_transactions_events_take_no_query_until_it_commits_then_one(
+    owner, published, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        chat = ChatFactory(owner=owner)  # its own events: the owner's stream exists
+    published.clear()
+    before = events.current_seq(owner.pk)
+    with CaptureQueriesContext(connection) as writing:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            events.publish_chat(chat)
+            events.publish(events.TURN_RUNNABLE, owner_id=owner.pk, conversation_id=chat.public_id)
+            events.publish_many(
+                events.CONVERSATION_DELETED, owner_id=owner.pk, conversation_ids=["c_a", "c_b"]
+            )
+    assert stream_statements(writing.captured_queries) == []  # the writer never waits on it
+    assert published == []
+
+    with CaptureQueriesContext(connection) as committing:
+        for callback in callbacks:
+            callback()
+    assert len(stream_statements(committing.captured_queries)) == 1  # four events, one number
+    assert [e.seq for e in published] == [before + 1, before + 2, before + 3, before + 4]
+    assert [e.type for e in published] == [
+        events.CONVERSATION_UPDATED,
+        events.TURN_RUNNABLE,
+        events.CONVERSATION_DELETED,
+        events.CONVERSATION_DELETED,
+    ]
+    assert events.current_seq(owner.pk) == before + 4
+
+
+def test_each_owner_gets_its_own_numbers_in_the_order_published(
+    owner, second_owner, published, django_capture_on_commit_callbacks
+):
+    mine, theirs = events.current_seq(owner.pk), events.current_seq(second_owner.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        events.publish(events.STATUS, owner_id=owner.pk, conversation_id="c_1")
+        events.publish(events.STATUS, owner_id=second_owner.pk, conversation_id="c_2")
+        events.publish(events.STATUS, owner_id=owner.pk, conversation_id="c_3")
+    assert [(e.owner_id, e.conversation_id, e.seq) for e in published] == [
+        (owner.pk, "c_1", mine + 1),
+        (second_owner.pk, "c_2", theirs + 1),
+        (owner.pk, "c_3", mine + 2),
+    ]
+
+
+def test_an_event_a_rolled_back_savepoint_published_is_never_sent(
+    owner, published, django_capture_on_commit_callbacks
+):
+    before = events.current_seq(owner.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        events.publish(events.STATUS, owner_id=owner.pk, conversation_id="c_kept")
+        try:
+            with transaction.atomic():
+                events.publish(events.STATUS, owner_id=owner.pk, conversation_id="c_undone")
+                raise RuntimeError("rolled back")
+        except RuntimeError:
+            pass
+        events.publish(events.STATUS, owner_id=owner.pk, conversation_id="c_after")
+    assert [e.conversation_id for e in published] == ["c_kept", "c_after"]
+    seqs = [e.seq for e in published]
+    assert seqs == sorted(seqs) and seqs[0] == before + 1  # a gap at most: a page refetches
+
+
+def test_a_page_that_read_the_number_first_gets_every_later_change(
+    owner, published, django_capture_on_commit_callbacks
+):
+    """The invariant: the number is read before the state. A change whose transaction
+    has not committed yet has no number, so a page reading meanwhile cannot count it as
+    seen; it gets a number above what the page read, and the page takes it."""
+    chat = ChatFactory(owner=owner)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        events.publish_chat(chat)
+        page_read = events.current_seq(owner.pk)  # a page loads while the writer works
+    for callback in callbacks:
+        callback()
+    assert published[-1].seq > page_read
