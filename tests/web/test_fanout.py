@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import close_old_connections, connection, transaction
 from django.db.backends.signals import connection_created
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
@@ -98,6 +98,9 @@ async def open_tabs(cookie, count: int, chat=None) -> list:
 async def close_tabs(tabs) -> None:
     for tab in tabs:
         await tab.disconnect()
+    # Channels' communicator stops its thread closing connections while it sends or
+    # receives; closed here, so PostgreSQL can drop the test database at the end.
+    await database_sync_to_async(close_old_connections)()
 
 
 async def receive_all(tabs) -> list[str]:
