@@ -236,8 +236,8 @@ TEMPLATES = [
 ]
 
 
-# How long a thread keeps its SQLite connection (seconds). PostgreSQL's stay at 0: a
-# connection kept by a thread would hold the server's slots, and its test database.
+# How long a thread keeps its SQLite connection (seconds). PostgreSQL's still close
+# after each use (0): a connection kept by every thread would take a server slot each.
 SQLITE_CONN_MAX_AGE = 600
 
 
