@@ -36,10 +36,6 @@ SHOWN_EVENTS = frozenset(
         events.TASK_CHANGED,
     }
 )
-# Events after which the list's order or membership may change: push the whole list.
-# So may any event whose data says ``list`` (a new chat, one archived or brought back):
-# a row is pushed alone only when every page's list already has it, so no swap misses.
-LIST_EVENTS = frozenset({events.STATUS, events.CONVERSATION_DELETED})
 
 
 @dataclass(frozen=True)
@@ -187,6 +183,53 @@ def _owned_chat(owner_id: int, public_id: str) -> Conversation | None:
     )
 
 
+def render_push(
+    *,
+    owner_id: int,
+    event: str,
+    seq: int,
+    conversation_id: str | None,
+) -> str:
+    """What every tab of the owner gets for one event, the same bytes for each: the
+    sequence marker, then, if the event can change its chat's row, that row alone."""
+    parts = [render_seq(seq)]
+    if conversation_id and (event in SHOWN_EVENTS or event in events.ROW_CARD_EVENT_TYPES):
+        parts.append(render_row_push(owner_id=owner_id, conversation_id=conversation_id))
+    return "\n".join(parts)
+
+
+def render_push_for_chat(
+    *,
+    owner_id: int,
+    event: str,
+    conversation_id: str | None,
+    data: dict[str, Any] | None = None,
+) -> str:
+    """What the tabs showing the event's chat add to :func:`render_push`, the same
+    bytes for each: a reply's live words into its running reply, the transcript after
+    a card changed, or every region of the chat's page ("deleted", once it is gone).
+    Empty when the event shows nothing there, or the chat is not the owner's."""
+    if not conversation_id:
+        return ""
+    if event == events.REPLY_TEXT:
+        if not data or not data.get("turn"):
+            return ""
+        context = {"turn_number": data["turn"], "text": str(data.get("text", "")), "oob": True}
+        return render_region("reply-text", context)
+    if event not in events.CARD_EVENT_TYPES and event not in SHOWN_EVENTS:
+        return ""
+    conversation = _owned_chat(owner_id, conversation_id)
+    if event in events.CARD_EVENT_TYPES:
+        if conversation is None:
+            return ""
+        context = {**transcript_context(conversation=conversation), "oob": True}
+        return render_region("transcript", context)
+    if conversation is None:
+        return render_region("chat-gone", {"oob": True})
+    context = {**chat_context(conversation=conversation), "oob": True}
+    return "\n".join(render_region(name, context) for name in CHAT_REGIONS)
+
+
 def render_event(
     *,
     owner_id: int,
@@ -196,49 +239,25 @@ def render_event(
     showing: str | None,
     data: dict[str, Any] | None = None,
 ) -> str:
-    """What one socket pushes for one event: the sequence marker, then the regions
-    the event's chat appears in: its sidebar row (or the whole list, when order or
-    membership may change), and, if this tab shows that chat, its page regions.
-    A reply's live words go only to the tab showing that chat, into its running reply."""
-    parts = [render_seq(seq)]
-    if event == events.REPLY_TEXT:
-        if showing == conversation_id and data and data.get("turn"):
-            context = {"turn_number": data["turn"], "text": str(data.get("text", "")), "oob": True}
-            parts.append(render_region("reply-text", context))
-        return "\n".join(parts)
-    if event in events.CARD_EVENT_TYPES:
-        # A card changed (a look at the other chats, a message's state): only the
-        # transcript of the tab showing that chat, and the chat's row if the event
-        # can change what it holds for the person ("1 held").
-        if conversation_id and event in events.ROW_CARD_EVENT_TYPES:
-            parts.append(_row_or_list(owner_id, conversation_id, showing))
-        if conversation_id and showing == conversation_id:
-            conversation = _owned_chat(owner_id, conversation_id)
-            if conversation is not None:
-                context = {**transcript_context(conversation=conversation), "oob": True}
-                parts.append(render_region("transcript", context))
-        return "\n".join(parts)
-    if event not in SHOWN_EVENTS or not conversation_id:
-        return "\n".join(parts)
-    if event in LIST_EVENTS or (data or {}).get("list"):
-        parts.append(render_list_bundle(owner_id=owner_id, current_chat_id=showing))
-    else:
-        parts.append(_row_or_list(owner_id, conversation_id, showing))
-    if showing == conversation_id:
-        conversation = _owned_chat(owner_id, conversation_id)
-        if conversation is None:
-            parts.append(render_region("chat-gone", {"oob": True}))
-        else:
-            context = {**chat_context(conversation=conversation), "oob": True}
-            parts.extend(render_region(name, context) for name in CHAT_REGIONS)
-    return "\n".join(parts)
+    """What one tab, showing the chat ``showing`` (or none), is pushed for one event.
+
+    The socket renders the two halves once for all the tabs it serves
+    (chats/consumers.py); this joins them as it does.
+    """
+    push = render_push(owner_id=owner_id, event=event, seq=seq, conversation_id=conversation_id)
+    if showing is None or showing != conversation_id:
+        return push
+    page = render_push_for_chat(
+        owner_id=owner_id, event=event, conversation_id=conversation_id, data=data
+    )
+    return f"{push}\n{page}" if page else push
 
 
-def _row_or_list(owner_id: int, conversation_id: str, showing: str | None) -> str:
-    """One chat's sidebar row; the whole list if the row isn't listed (any more), since
-    a page may or may not still have it and an out-of-band swap must find its target."""
+def render_row_push(*, owner_id: int, conversation_id: str) -> str:
+    """One chat's sidebar row for every page's list, which conch.js puts in its place
+    (``data-sort``) and marks if it is the tab's chat; a row no longer listed (deleted,
+    archived) is taken away. A list never comes whole, whatever the number of chats."""
     row = selectors.chat_row(owner_id=owner_id, public_id=conversation_id)
     if row is None or not selectors.row_is_listed(row):
-        return render_list_bundle(owner_id=owner_id, current_chat_id=showing)
-    context = {"row": with_held([row])[0], "current_chat_id": showing, "row_oob": True}
-    return render_region("chat-row", context)
+        return render_region("row-push", {"row": None, "gone_id": conversation_id})
+    return render_region("row-push", {"row": with_held([row])[0]})

@@ -236,6 +236,11 @@ TEMPLATES = [
 ]
 
 
+# How long a thread keeps its SQLite connection (seconds). PostgreSQL's still close
+# after each use (0): a connection kept by every thread would take a server slot each.
+SQLITE_CONN_MAX_AGE = 600
+
+
 def _databases() -> dict:
     url = _env("DATABASE_URL")
     if url:
@@ -269,6 +274,11 @@ def _databases() -> dict:
                 ),
             },
             "TEST": {"NAME": _env("CONCH_TEST_SQLITE") or None},
+            # Each thread keeps its connection (the views', the socket's render thread,
+            # the runners'), rather than opening the file and running the PRAGMAs above
+            # again for every request and every push. Checked before it is reused.
+            "CONN_MAX_AGE": SQLITE_CONN_MAX_AGE,
+            "CONN_HEALTH_CHECKS": True,
         }
     }
 

@@ -11,6 +11,8 @@
  *   closes cleanly (1000), so that and every other close are retried here.
  * - A socket closed because the session ended (signed out, expired) reloads
  *   the page, which then asks for the sign-in.
+ * - A chat's row comes alone: it is put in its place in the list (data-sort),
+ *   or taken away, and marked if it is the chat this tab shows.
  * - The tab says when it is offline.
  * - The composer: Enter sends, Shift+Enter makes a new line; it shows
  *   "Sending…", clears only after the server took the message, and keeps
@@ -119,9 +121,62 @@
     lastSeq = Math.max(lastSeq, seq);
   });
 
-  // The server pushes a row alone only when every page's list has it (chats/regions.py);
-  // should a swap miss all the same (a page that missed an event), fetch the regions again.
+  // Every push's swaps find their targets (a row goes through the list, below);
+  // should one miss all the same (a page from another version), fetch the regions again.
   body.addEventListener('htmx:oobErrorNoTarget', function () { refetch(); });
+
+  // ---------------------------------------------------------------- the list
+
+  // A chat's row is pushed alone, inside a swap into #chat-rows (chats/regions.py's
+  // render_row_push), the same for every tab. Here it takes the place of the row it
+  // was, in the list's order: data-sort, greatest first, as the server orders the
+  // list. A row marked data-gone (a chat deleted or archived) is taken away. The
+  // row of the chat this tab shows is marked here, since the push is not the tab's own.
+  var NO_CHATS = 'No chats yet.';
+
+  function markCurrent(row) {
+    var link = row.querySelector('a');
+    if (!link) { return; }
+    if (row.id === 'row-' + shellData('data-chat')) {
+      link.setAttribute('aria-current', 'page');
+    } else {
+      link.removeAttribute('aria-current');
+    }
+  }
+
+  function placeRow(list, row) {
+    var was = document.getElementById(row.id);
+    if (was) { was.remove(); }
+    if (row.hasAttribute('data-gone')) {
+      if (!list.querySelector('li[data-sort]')) {
+        var empty = document.createElement('li');
+        empty.className = 'empty';
+        empty.textContent = NO_CHATS;
+        list.appendChild(empty);
+      }
+      return;
+    }
+    var placeholder = list.querySelector('li.empty');
+    if (placeholder) { placeholder.remove(); }
+    markCurrent(row);
+    var key = row.getAttribute('data-sort');
+    var others = list.querySelectorAll('li[data-sort]');
+    for (var i = 0; i < others.length; i++) {
+      if (others[i].getAttribute('data-sort') < key) {
+        list.insertBefore(row, others[i]);
+        return;
+      }
+    }
+    list.appendChild(row);
+  }
+
+  body.addEventListener('htmx:oobBeforeSwap', function (evt) {
+    var list = evt.detail.target;
+    if (!list || list.id !== 'chat-rows') { return; }
+    evt.detail.shouldSwap = false;
+    var rows = Array.prototype.slice.call(evt.detail.fragment.children);
+    for (var i = 0; i < rows.length; i++) { placeRow(list, rows[i]); }
+  });
 
   // ---------------------------------------------------------------- responses
 

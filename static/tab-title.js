@@ -19,6 +19,7 @@
   }
 
   document.body.addEventListener('htmx:oobAfterSwap', recount);
+  document.body.addEventListener('htmx:wsAfterMessage', recount); // a row placed by conch.js
   document.body.addEventListener('htmx:afterSettle', recount);
   recount();
 })();

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
 
 from django.db.models import Q, QuerySet
@@ -56,6 +56,7 @@ class ChatSnapshot:
     last_interaction_at: datetime
     reply: RunningReply | None = field(default=None)
     held: int = 0  # things held for the person here (a message held for you); see chats.hooks
+    pinned: bool = False
 
     @property
     def working(self) -> bool:
@@ -81,6 +82,7 @@ _CHAT_FIELDS = (
     "parent_id",
     "parent__title",
     "last_interaction_at",
+    "pinned",
 )
 
 
@@ -172,6 +174,7 @@ def _snapshot(pk: int, chat: dict, reply: RunningReply | None) -> ChatSnapshot:
         parent_title=chat["parent__title"],
         last_interaction_at=chat["last_interaction_at"],
         reply=reply,
+        pinned=chat["pinned"],
     )
 
 
@@ -215,6 +218,16 @@ def chat_row(*, owner_id: int, public_id: str) -> ChatSnapshot | None:
 
 def row_is_listed(row: ChatSnapshot) -> bool:
     return not row.archived or row.working
+
+
+def row_sort_key(row: ChatSnapshot) -> str:
+    """Where the row goes in :func:`chat_list_rows`' order, as text that sorts the same way
+    (greatest first): a page places a pushed row by it, without the rest of the list."""
+    micros = (row.last_interaction_at - _EPOCH) // timedelta(microseconds=1)
+    return f"{int(row.pinned)}.{micros:017d}.{row.pk:012d}"
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from django.utils import timezone
 from chats import regions
 from chats.limits import LIMITS
 from chats.models import Origin
+from chats.runtime import selectors
 from chats.tools import diffs
 from chats.tools.registry import ToolError, get_tool
 from chats.toolsets import ToolSet, tool_set_for
@@ -134,6 +135,12 @@ def tool_family(name: str) -> str:
 def row_badge(row):
     """The badge for a sidebar row (a ``ChatSnapshot``)."""
     return regions.row_badge(row)
+
+
+@register.filter
+def row_sort_key(row) -> str:
+    """Where a sidebar row goes in the list (``data-sort``), for a row pushed alone."""
+    return selectors.row_sort_key(row)
 
 
 @register.filter

@@ -7,8 +7,10 @@ reply's steps can be seen arriving. Every wait is on a condition in the page.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from chats.models import Conversation, Mode, TurnState
@@ -222,11 +224,53 @@ def test_a_second_tab_follows_the_first(
     first.page.get_by_role("button", name="Archive").click()
     expect(row(second.page, other)).to_have_count(0)
 
-    # A chat the second tab has never seen: its row arrives with no place to go,
-    # so the tab fetches its list again.
+    # A chat the second tab has never seen: its row arrives alone and takes its place.
     first.page.get_by_role("link", name="New chat").click()
     first.page.get_by_label("Title").fill("Brand new")
     first.page.get_by_role("button", name="Start chat").click()
     expect(second.page.locator("#chat-rows .row-title").first).to_have_text("Brand new")
 
+    assert still_the_same_page(second)
+
+
+def test_a_row_moves_to_its_place_and_a_deleted_one_leaves_live(
+    browser_context, sign_in, conch_server, owner, agent, workspace
+):
+    from tests.browser.conftest import watch
+
+    oldest = ChatFactory(
+        owner=owner, agent=agent, folder=workspace, title="Oldest", reply=[{"say": "Done."}]
+    )
+    middle = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Middle")
+    newest = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Newest")
+    now = timezone.now()
+    for hours, chat in enumerate((newest, middle, oldest), start=1):
+        Conversation.objects.filter(pk=chat.pk).update(
+            last_interaction_at=now - timedelta(hours=hours)
+        )
+    first, second = watch(browser_context.new_page()), watch(browser_context.new_page())
+    sign_in(first)
+    open_chat(first, conch_server, oldest)
+    open_chat(second, conch_server, oldest)
+    titles = second.page.locator("#chat-rows .row-title")
+    expect(titles).to_have_text(["Newest", "Middle", "Oldest"])
+
+    # A message to the oldest: its row alone is pushed, and goes to the top.
+    first.page.bring_to_front()
+    first.page.get_by_label("Message").fill("Have a look")
+    first.page.get_by_label("Message").press("Enter")
+    expect(second.page.locator("#transcript .msg.from-assistant")).to_have_text("Done.")
+    expect(titles).to_have_text(["Oldest", "Newest", "Middle"])
+    # The push is the same for every tab; this tab marks the row of the chat it shows.
+    expect(row(second.page, oldest).locator("a")).to_have_attribute("aria-current", "page")
+    expect(second.page.locator("#chat-rows a[aria-current]")).to_have_count(1)
+
+    # Another chat deleted in the first tab leaves the second tab's list.
+    first.page.goto(f"{conch_server.url}/c/{middle.public_id}/")
+    first.page.get_by_text("Delete…").click()
+    first.page.get_by_role("button", name="Delete for good").click()
+    expect(titles).to_have_text(["Oldest", "Newest"])
+
+    # All from the pushes: no gap, no refetch of the list.
+    assert second.page.evaluate("document.body.getAttribute('data-refetches')") is None
     assert still_the_same_page(second)

@@ -14,6 +14,14 @@ from tests.web.sockets import seq_of, session_cookie, socket
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TIMEOUT = 5
+# A row pushed alone goes through the list, which every page has (chats/regions.py).
+ROW_PUSH = '<ul class="row-push" hidden hx-swap-oob="beforeend:#chat-rows">'
+
+
+def pushed_row(pushed: str) -> str:
+    """The one row a push carries, as the page would have it."""
+    assert pushed.count(ROW_PUSH) == 1, pushed[:300]
+    return pushed.split(ROW_PUSH, 1)[1].split("</ul>", 1)[0].strip()
 
 
 @pytest.fixture
@@ -48,7 +56,7 @@ async def test_the_socket_says_hello_with_the_owners_current_number(owner, cooki
         await communicator.disconnect()
 
 
-async def test_a_reply_starting_pushes_the_list_and_the_shown_chats_regions(
+async def test_a_reply_starting_pushes_the_row_and_the_shown_chats_regions(
     owner, cookie, two_chats
 ):
     one, _ = two_chats
@@ -61,16 +69,15 @@ async def test_a_reply_starting_pushes_the_list_and_the_shown_chats_regions(
         runnable = await communicator.receive_from(timeout=TIMEOUT)
 
         assert seq_of(status) == (before + 1, "event")
-        for element_id in (
-            "chat-list",
-            "chat-title",
-            "chat-settings",
-            "chat-controls",
-            "transcript",
-        ):
+        assert pushed_row(status).startswith(
+            f'<li id="row-{one.public_id}" class="chat-row is-working"'
+        )
+        assert 'id="chat-list"' not in status
+        for element_id in ("chat-title", "chat-settings", "chat-controls", "transcript"):
             assert f'id="{element_id}"' in status
         assert "Please fix" in status and "/stop/" in status
-        assert f'<a href="/c/{one.public_id}/" aria-current="page">' in status
+        # The same row goes to every tab: conch.js marks the one this tab shows.
+        assert "aria-current" not in status
         # turn.runnable is for runners: the page gets only its number, so it sees no gap.
         assert seq_of(runnable) == (before + 2, "event")
         assert runnable.count("<") == 2
@@ -88,8 +95,8 @@ async def test_a_change_to_another_chat_pushes_only_its_row(owner, cookie, two_c
 
         pushed = await communicator.receive_from(timeout=TIMEOUT)
 
-        assert (
-            f'<li id="row-{two.public_id}" class="chat-row is-idle" hx-swap-oob="true">' in pushed
+        assert pushed_row(pushed).startswith(
+            f'<li id="row-{two.public_id}" class="chat-row is-idle"'
         )
         assert "Release notes, v2" in pushed
         assert 'id="transcript"' not in pushed and 'id="chat-list"' not in pushed
@@ -106,7 +113,8 @@ async def test_the_pushed_row_is_the_row_the_page_renders(owner, cookie, two_cha
         pushed = await communicator.receive_from(timeout=TIMEOUT)
         page = (await database_sync_to_async(client.get)("/")).content.decode()
 
-        row = pushed.split("\n", 1)[1].replace(' hx-swap-oob="true"', "")
+        row = pushed_row(pushed)
+        assert f'id="row-{two.public_id}"' in row and "Notes" in row
         assert row in page
     finally:
         await communicator.disconnect()
@@ -120,30 +128,37 @@ async def test_an_archived_chat_leaves_the_list(owner, cookie, two_chats):
 
         pushed = await communicator.receive_from(timeout=TIMEOUT)
 
-        # The whole list, without it: a lone "delete" would miss on a page that
-        # never had the row, and htmx logs each miss as an error (issue 15).
-        assert '<nav id="chat-list"' in pushed and 'hx-swap-oob="true"' in pushed
-        assert f'id="row-{two.public_id}"' not in pushed
-        assert 'hx-swap-oob="delete"' not in pushed
+        # Its row, marked gone, through the list, which every page has: conch.js takes
+        # it away if the page has it, and a page that never had it misses nothing
+        # (htmx logs a swap that misses its target as an error, issue 15).
+        assert pushed_row(pushed) == f'<li id="row-{two.public_id}" data-gone hidden></li>'
+        assert 'id="chat-list"' not in pushed and 'hx-swap-oob="delete"' not in pushed
 
-        # It changes again while archived: still the list, never a row no page has.
+        # It changes again while archived: it is still gone.
         await database_sync_to_async(conversation_rename)(conversation=two, title="Old notes")
         pushed = await communicator.receive_from(timeout=TIMEOUT)
-        assert '<nav id="chat-list"' in pushed
-        assert f'id="row-{two.public_id}"' not in pushed
+        assert pushed_row(pushed) == f'<li id="row-{two.public_id}" data-gone hidden></li>'
+        assert "Old notes" not in pushed
+
+        # Brought back, it comes back, row and all.
+        await database_sync_to_async(conversation_archive)(conversation=two, archived=False)
+        pushed = await communicator.receive_from(timeout=TIMEOUT)
+        assert pushed_row(pushed).startswith(f'<li id="row-{two.public_id}" class="chat-row')
+        assert "Old notes" in pushed
     finally:
         await communicator.disconnect()
 
 
-async def test_a_new_chat_pushes_the_whole_list_not_a_row_no_page_has(owner, agent, cookie):
+async def test_a_new_chat_pushes_its_row_not_the_whole_list(owner, agent, cookie, two_chats):
     communicator, _ = await open_socket(cookie)
     try:
         chat = await database_sync_to_async(conversation_create)(owner=owner, title="Brand new")
 
         pushed = await communicator.receive_from(timeout=TIMEOUT)
 
-        assert pushed.split("\n", 1)[1].startswith('<nav id="chat-list"')
-        assert f'id="row-{chat.public_id}"' in pushed
+        assert pushed_row(pushed).startswith(f'<li id="row-{chat.public_id}" class="chat-row')
+        assert 'id="chat-list"' not in pushed
+        assert all(f"row-{other.public_id}" not in pushed for other in two_chats)
     finally:
         await communicator.disconnect()
 
@@ -156,8 +171,8 @@ async def test_a_deleted_chat_leaves_the_list_and_its_page_says_so(owner, cookie
 
         pushed = await communicator.receive_from(timeout=TIMEOUT)
 
-        assert f"row-{one.public_id}" not in pushed
-        assert f"row-{two.public_id}" in pushed
+        assert pushed_row(pushed) == f'<li id="row-{one.public_id}" data-gone hidden></li>'
+        assert f"row-{two.public_id}" not in pushed
         assert '<section id="chat" class="chat gone" hx-swap-oob="true">' in pushed
     finally:
         await communicator.disconnect()

@@ -1,0 +1,277 @@
+"""A push costs the same with one tab open or twenty (issue 17, item 1).
+
+Each part of a push is rendered once per process (chats/consumers.py's
+``SharedRenders``), on the render thread, and every tab it goes to gets the
+same text. A change to one chat sends its row alone, never the whole list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.backends.signals import connection_created
+from django.db.backends.utils import CursorWrapper
+from django.utils import timezone
+
+from chats import consumers, events, regions
+from chats.models import Conversation, Status
+from chats.runtime import selectors
+from tests.factories import ChatFactory, ConversationFactory
+from tests.web.sockets import seq_of, session_cookie, socket
+from tests.web.test_consumer import pushed_row
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = 10
+
+
+@pytest.fixture
+def cookie(owner):
+    return session_cookie(owner)
+
+
+@pytest.fixture
+def chat(owner, agent, workspace):
+    return ChatFactory(owner=owner, title="Fix the login bug", folder=str(workspace))
+
+
+class Counts:
+    """The renders of each part, the thread each ran on, and every query of every thread."""
+
+    def __init__(self) -> None:
+        self.renders: list[str] = []
+        self.threads: set[str] = set()
+        self.queries = 0
+
+
+@pytest.fixture
+def counts(monkeypatch):
+    seen = Counts()
+    for name in ("render_push", "render_push_for_chat"):
+        real = getattr(regions, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            seen.renders.append(_name)
+            seen.threads.add(threading.current_thread().name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(regions, name, counted)
+    real_execute = CursorWrapper._execute
+
+    def execute(self, *args, **kwargs):
+        seen.queries += 1
+        return real_execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(CursorWrapper, "_execute", execute)
+    return seen
+
+
+@contextmanager
+def counting(counts: Counts):
+    """How many renders and queries the block caused."""
+    renders, queries = len(counts.renders), counts.queries
+    result = Counts()
+    yield result
+    result.renders = counts.renders[renders:]
+    result.queries = counts.queries - queries
+
+
+async def open_tabs(cookie, count: int, chat=None) -> list:
+    path = f"/ws/?chat={chat.public_id}" if chat else "/ws/"
+    tabs = []
+    for _ in range(count):
+        tab = socket(cookie=cookie, path=path)
+        connected, _ = await tab.connect(timeout=TIMEOUT)
+        assert connected
+        seq_of(await tab.receive_from(timeout=TIMEOUT))  # its hello
+        tabs.append(tab)
+    return tabs
+
+
+async def close_tabs(tabs) -> None:
+    for tab in tabs:
+        await tab.disconnect()
+    # Channels' communicator stops its thread closing connections while it sends or
+    # receives; closed here, so PostgreSQL can drop the test database at the end.
+    await database_sync_to_async(close_old_connections)()
+
+
+async def receive_all(tabs) -> list[str]:
+    return list(await asyncio.gather(*(tab.receive_from(timeout=TIMEOUT) for tab in tabs)))
+
+
+def status_changed(conversation: Conversation, status: str) -> None:
+    """What the runtime does when a chat's status changes: a ``status`` event."""
+    with transaction.atomic():
+        Conversation.objects.filter(pk=conversation.pk).update(status=status)
+        conversation.status = status
+        events.publish_chat(conversation, events.STATUS)
+
+
+async def event_cost(cookie, chat, counts, *, tabs: int) -> Counts:
+    """One status change to ``chat``, seen by ``tabs`` tabs (half of them showing it)."""
+    showing = await open_tabs(cookie, (tabs + 1) // 2, chat=chat)
+    elsewhere = await open_tabs(cookie, tabs // 2)
+    try:
+        with counting(counts) as cost:
+            await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
+            pushes = await receive_all(showing + elsewhere)
+        assert all(f"row-{chat.public_id}" in push for push in pushes)
+        assert all('id="transcript"' in push for push in pushes[: len(showing)])
+        return cost
+    finally:
+        await close_tabs(showing + elsewhere)
+
+
+async def test_an_event_costs_the_same_renders_and_queries_for_1_tab_as_for_20(
+    cookie, chat, counts
+):
+    one = await event_cost(cookie, chat, counts, tabs=1)
+    twenty = await event_cost(cookie, chat, counts, tabs=20)
+
+    # One render of the part every tab gets, one of the part the chat's own tabs add.
+    assert sorted(one.renders) == ["render_push", "render_push_for_chat"]
+    assert sorted(twenty.renders) == sorted(one.renders)
+    assert twenty.queries == one.queries
+
+
+async def test_pushes_render_on_the_render_thread_not_the_views_one(cookie, chat, counts):
+    tabs = await open_tabs(cookie, 2, chat=chat)
+    try:
+        await database_sync_to_async(status_changed)(chat, Status.WORKING)
+        await receive_all(tabs)
+    finally:
+        await close_tabs(tabs)
+
+    assert counts.threads and all(name.startswith("conch-render") for name in counts.threads)
+
+
+async def test_every_tab_gets_the_same_text(owner, cookie, chat, agent, workspace):
+    other = await database_sync_to_async(ChatFactory)(
+        owner=owner, title="Release notes", folder=str(workspace)
+    )
+    showing = await open_tabs(cookie, 4, chat=chat)
+    elsewhere = await open_tabs(cookie, 3) + await open_tabs(cookie, 3, chat=other)
+    try:
+        await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
+        shown = await receive_all(showing)
+        seen = await receive_all(elsewhere)
+    finally:
+        await close_tabs(showing + elsewhere)
+
+    assert len(set(seen)) == 1 and len(set(shown)) == 1
+    # The chat's own tabs get what every tab gets, then that chat's page.
+    assert shown[0].startswith(seen[0] + "\n")
+    assert 'id="chat-controls"' in shown[0] and 'id="chat-controls"' not in seen[0]
+
+
+async def test_a_status_change_among_50_chats_pushes_its_row_alone(
+    owner, agent, cookie, chat, counts
+):
+    await database_sync_to_async(ConversationFactory.create_batch)(49, owner=owner, agent=agent)
+    tabs = await open_tabs(cookie, 2)
+    try:
+        with counting(counts) as cost:
+            await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
+            pushes = await receive_all(tabs)
+    finally:
+        await close_tabs(tabs)
+
+    assert pushes[0].count('<li id="row-') == 1
+    assert pushed_row(pushes[0]).startswith(f'<li id="row-{chat.public_id}" class="chat-row')
+    assert "data-needs-you" in pushes[0]
+    assert cost.renders == ["render_push"]
+
+
+def test_a_pushed_rows_cost_does_not_grow_with_the_chats(
+    owner, agent, chat, django_assert_num_queries
+):
+    def row_queries() -> int:
+        with django_assert_num_queries(3):  # the chat, the open replies, what it holds for you
+            return len(
+                regions.render_push(
+                    owner_id=owner.pk, event=events.STATUS, seq=1, conversation_id=chat.public_id
+                )
+            )
+
+    row_queries()
+    ConversationFactory.create_batch(50, owner=owner, agent=agent)
+    row_queries()
+
+
+def test_the_rows_sort_key_orders_them_as_the_list_does(owner, agent):
+    now = timezone.now()
+    chats = ConversationFactory.create_batch(6, owner=owner, agent=agent)
+    # Two at the very same moment (the primary key decides), one pinned, one older.
+    Conversation.objects.filter(pk__in=[chats[1].pk, chats[2].pk]).update(last_interaction_at=now)
+    Conversation.objects.filter(pk=chats[3].pk).update(
+        pinned=True, last_interaction_at=now - timedelta(days=400)
+    )
+    Conversation.objects.filter(pk=chats[4].pk).update(
+        last_interaction_at=now - timedelta(microseconds=1)
+    )
+
+    rows = selectors.chat_list_rows(owner_id=owner.pk)
+    by_key = sorted(rows, key=selectors.row_sort_key, reverse=True)
+
+    assert [row.pk for row in by_key] == [row.pk for row in rows]
+    assert rows[0].pk == chats[3].pk
+
+
+async def test_a_part_is_rendered_again_once_dropped():
+    renders: list[int] = []
+
+    def render(*, n: int) -> str:
+        renders.append(n)
+        return f"part {n}"
+
+    shared = consumers.SharedRenders(max_kept=2)
+    assert await shared.text(("a",), render, n=1) == "part 1"
+    assert await shared.text(("a",), render, n=1) == "part 1"
+    assert renders == [1]
+
+    await shared.text(("b",), render, n=2)
+    await shared.text(("c",), render, n=3)  # at most two kept: "a" goes
+    await shared.text(("a",), render, n=1)
+    assert renders == [1, 2, 3, 1]
+
+    stale = consumers.SharedRenders(keep_seconds=0.0)
+    await stale.text(("a",), render, n=4)
+    await stale.text(("b",), render, n=5)  # "a" is older than it may be kept
+    await stale.text(("a",), render, n=4)
+    assert renders[-3:] == [4, 5, 4]
+
+
+def test_the_render_thread_keeps_its_connection_as_long_as_settings_say():
+    opened: list[str] = []
+
+    def count(sender, connection, **kwargs) -> None:
+        opened.append(threading.current_thread().name)
+
+    def query(**_) -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return ""
+
+    def on_render_thread() -> None:
+        consumers.RENDER_THREAD.submit(consumers._rendered, query, {}).result()
+
+    on_render_thread()
+    connection_created.connect(count)
+    try:
+        on_render_thread()
+        on_render_thread()
+    finally:
+        connection_created.disconnect(count)
+
+    kept = settings.DATABASES["default"]["CONN_MAX_AGE"] != 0
+    assert len(opened) == (0 if kept else 2)
+    if connection.vendor == "sqlite":
+        assert kept  # SQLite reconnected for every push before (issue 17)
