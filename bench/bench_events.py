@@ -134,9 +134,7 @@ def seed(chats: int) -> None:
         with transaction.atomic():
             chat = conversation_create(owner=owner, title=f"Bench chat {n + 1}")
             entry_append(conversation=chat, role=EntryRole.PERSON, text=f"Question {n + 1}?")
-            entry_append(
-                conversation=chat, role=EntryRole.ASSISTANT, text=f"An answer to {n + 1}."
-            )
+            entry_append(conversation=chat, role=EntryRole.ASSISTANT, text=f"An answer to {n + 1}.")
             # The driven chats are the most recent; the rest spread over 30 days.
             Conversation.objects.filter(pk=chat.pk).update(
                 last_interaction_at=now - timedelta(days=30 * n / max(chats, 1))
@@ -175,7 +173,8 @@ def server_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def start_server(home: Path, env: dict[str, str]) -> Server:
+def start_server(home: Path, env: dict[str, str], running: list[subprocess.Popen]) -> Server:
+    """Start a server; it joins ``running`` at once, so an interrupt meanwhile stops it."""
     clock = home / "event-clock.txt"
     process = subprocess.Popen(
         [sys.executable, __file__, "_serve", str(clock), "--port", "0"],
@@ -187,6 +186,7 @@ def start_server(home: Path, env: dict[str, str]) -> Server:
         text=True,
         start_new_session=True,
     )
+    running.append(process)
     found = threading.Event()
     lines: list[str] = []
     urls: list[str] = []
@@ -202,7 +202,6 @@ def start_server(home: Path, env: dict[str, str]) -> Server:
 
     threading.Thread(target=read, daemon=True).start()
     if not found.wait(START_TIMEOUT):
-        stop_server(process)
         raise SystemExit("conch serve did not start:\n" + "\n".join(lines[-20:]))
     return Server(process, urls[0], urls[1], clock, lines)
 
@@ -229,6 +228,8 @@ class Backing:
         self.template_db = f"conch_bench_events_{token}"
         self.prefix = f"conch-bench-events-{token}"
         self.databases: list[str] = []
+        self.dropped: list[str] = []
+        self.keys_removed = 0
         self.template_home = workdir / "template-home"
 
     def db_url(self, name: str) -> str:
@@ -286,6 +287,7 @@ class Backing:
             try:
                 self._admin("DROP DATABASE IF EXISTS {} WITH (FORCE)", name)
                 self.databases.remove(name)
+                self.dropped.append(name)
             except Exception as exc:  # report it, drop the rest
                 print(f"could not drop database {name}: {exc}", file=sys.stderr)
         if self.redis:
@@ -295,9 +297,18 @@ class Backing:
             try:
                 keys = list(client.scan_iter(match=f"{self.prefix}*"))
                 if keys:
-                    client.delete(*keys)
+                    self.keys_removed += client.delete(*keys)
             finally:
                 client.close()
+
+    def cleaned(self) -> str:
+        if not self.redis:
+            return "SQLite only"
+        left = f", NOT dropped: {', '.join(self.databases)}" if self.databases else ""
+        return (
+            f"databases dropped: {', '.join(self.dropped)}{left}; "
+            f"{self.keys_removed} Redis keys under {self.prefix} removed"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -646,17 +657,17 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="conch-bench-events-"))
     backing = Backing(redis=args.redis, workdir=workdir)
-    running: list[Server] = []
+    running: list[subprocess.Popen] = []
     signal.signal(signal.SIGTERM, _interrupt)
     verdicts: list[tuple[int, str]] = []
     try:
         driven = backing.seed(args.chats)
         for tabs in points:
             point = f"t{tabs}"
-            servers = []
-            for home, env in backing.homes(point, 2 if args.redis else 1):
-                servers.append(start_server(home, env))
-                running.append(servers[-1])
+            servers = [
+                start_server(home, env, running)
+                for home, env in backing.homes(point, 2 if args.redis else 1)
+            ]
             # The one-time link signs in on the first server; the session is in the
             # database, so the same cookie opens sockets on the second.
             person = Person(servers[0].signin.split()[-1], servers[0].url)
@@ -674,7 +685,7 @@ def main() -> None:
             )
             for server in servers:
                 stop_server(server.process)
-                running.remove(server)
+                running.remove(server.process)
             if args.redis:
                 backing.drop(f"{backing.template_db}_{point}")
             verdicts.append((tabs, report(result, setup, len(servers))))
@@ -687,15 +698,18 @@ def main() -> None:
         print("interrupted: cleaning up", file=sys.stderr)
         raise SystemExit(130) from None
     finally:
-        for server in running:
-            stop_server(server.process)
+        for process in running:
+            stop_server(process)
         backing.drop()
         shutil.rmtree(workdir, ignore_errors=True)
+        home = "left behind" if workdir.exists() else "removed"
+        print(f"cleaned up: servers stopped; homes in {workdir} {home}; {backing.cleaned()}")
 
 
 def _interrupt(signum, frame) -> None:
-    """SIGTERM ends the bench as Ctrl-C does: through main's cleanup."""
-    raise KeyboardInterrupt
+    """SIGTERM ends the bench as Ctrl-C does (asyncio cancels the point's tasks on
+    SIGINT, then main's cleanup runs)."""
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _load() -> str:
