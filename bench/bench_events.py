@@ -434,6 +434,7 @@ class Result:
     kinds: dict[str, int]  # the measured events by type
     send_ms: list[float]
     failed_tabs: int
+    client_cpu: float  # the bench's own CPU seconds per second of the point: its tabs' share
 
 
 def read_clock(paths: list[Path]) -> dict[int, Event]:
@@ -458,6 +459,7 @@ async def drive_point(
     drain: float,
     showing: float,
 ) -> Result:
+    cpu_from, wall_from = time.process_time(), time.monotonic()
     stop = asyncio.Event()
     shown_every = max(1, round(1 / showing)) if showing > 0 else 0
     opened = [
@@ -528,6 +530,7 @@ async def drive_point(
         kinds=dict(collections.Counter(event.type for event in events)),
         send_ms=[ms for _, ms in answers],
         failed_tabs=len(opened) - len(live),
+        client_cpu=(time.process_time() - cpu_from) / (time.monotonic() - wall_from),
     )
 
 
@@ -615,6 +618,7 @@ def report(result: Result, setup: str, servers: int) -> str:
         f"every event: p50 {shown(every50)}, p99 {shown(every99)}; "
         f"send answered in {statistics.median(result.send_ms):.0f} ms (median); events: "
         + ", ".join(f"{count} {kind}" for kind, count in sorted(result.kinds.items()))
+        + f"; the bench's own tabs used {result.client_cpu:.0%} of a core"
         + (f"; {result.failed_tabs} tabs failed to open" if result.failed_tabs else "")
     )
     if servers > 1:
