@@ -50,6 +50,7 @@ import concurrent.futures
 import http.cookiejar
 import math
 import os
+import random
 import re
 import shutil
 import signal
@@ -70,6 +71,8 @@ ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 90
 GOAL_P50_MS = 50.0
 GOAL_P99_MS = 200.0
+# A tab tries this many times to open its socket, as conch.js retries.
+OPEN_ATTEMPTS = 8
 # Messages go round these many chats; the tabs that show a chat show one of them.
 DRIVEN_CHATS = 10
 POSTGRES_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/test"
@@ -365,32 +368,51 @@ class Tab:
     arrivals: dict[int, float] = field(default_factory=dict)
     hello: asyncio.Event = field(default_factory=asyncio.Event)
     closed: str = ""
+    retries: int = 0  # handshakes the server dropped before this tab opened
 
 
 async def tab_run(tab: Tab, url: str, cookie: str, stop: asyncio.Event) -> None:
+    """One tab's socket. A handshake the server drops (Daphne gives up on one its
+    app hasn't accepted in 5 s) is retried after conch.js's back-off, as the page
+    does; once open, the socket is read until the point ends."""
     from websockets.asyncio.client import connect
 
     ws_url = url.replace("http://", "ws://", 1) + "/ws/"
     if tab.showing:
         ws_url += f"?chat={tab.showing}"
-    try:
-        async with connect(
-            ws_url,
-            origin=url,  # type: ignore[arg-type]
-            additional_headers={"Cookie": cookie},
-            max_size=None,
-            max_queue=None,
-            open_timeout=120,
-            ping_interval=None,
-        ) as socket:
-            reader = asyncio.ensure_future(_read(tab, socket))
-            stopping = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({reader, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            reader.cancel()
-            stopping.cancel()
-    except Exception as exc:
-        tab.closed = f"{type(exc).__name__}: {exc}"
-        tab.hello.set()  # not waited for any more
+    for attempt in range(OPEN_ATTEMPTS):
+        try:
+            socket = await connect(
+                ws_url,
+                origin=url,  # type: ignore[arg-type]
+                additional_headers={"Cookie": cookie},
+                max_size=None,
+                max_queue=None,
+                open_timeout=60,
+                ping_interval=None,
+            )
+        except Exception as exc:
+            tab.closed = f"{type(exc).__name__}: {exc}"
+            if attempt + 1 < OPEN_ATTEMPTS and not stop.is_set():
+                tab.retries += 1
+                await asyncio.sleep(reconnect_delay(attempt))
+                continue
+            tab.hello.set()  # not waited for any more
+            return
+        tab.closed = ""
+        break
+    async with socket:
+        reader = asyncio.ensure_future(_read(tab, socket))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({reader, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        reader.cancel()
+        stopping.cancel()
+
+
+def reconnect_delay(retry: int) -> float:
+    """conch.js's back-off (reconnectDelay): half to all of 250 ms x 2^retry, at most 10 s."""
+    ceiling = min(10.0, 0.25 * 2**retry)
+    return ceiling / 2 + random.random() * ceiling / 2
 
 
 async def _read(tab: Tab, socket) -> None:
@@ -434,6 +456,8 @@ class Result:
     kinds: dict[str, int]  # the measured events by type
     send_ms: list[float]
     failed_tabs: int
+    failures: list[str]  # why tabs failed, each reason once
+    retries: int  # handshakes dropped and retried while the tabs opened
     client_cpu: float  # the bench's own CPU seconds per second of the point: its tabs' share
 
 
@@ -530,6 +554,8 @@ async def drive_point(
         kinds=dict(collections.Counter(event.type for event in events)),
         send_ms=[ms for _, ms in answers],
         failed_tabs=len(opened) - len(live),
+        failures=sorted({tab.closed for tab in opened if tab.closed and tab not in live}),
+        retries=sum(tab.retries for tab in opened),
         client_cpu=(time.process_time() - cpu_from) / (time.monotonic() - wall_from),
     )
 
@@ -619,7 +645,16 @@ def report(result: Result, setup: str, servers: int) -> str:
         f"send answered in {statistics.median(result.send_ms):.0f} ms (median); events: "
         + ", ".join(f"{count} {kind}" for kind, count in sorted(result.kinds.items()))
         + f"; the bench's own tabs used {result.client_cpu:.0%} of a core"
-        + (f"; {result.failed_tabs} tabs failed to open" if result.failed_tabs else "")
+        + (
+            f"; {result.retries} handshakes dropped by the server and retried as conch.js does"
+            if result.retries
+            else ""
+        )
+        + (
+            f"; {result.failed_tabs} tabs failed to open: {' | '.join(result.failures)}"
+            if result.failed_tabs
+            else ""
+        )
     )
     if servers > 1:
         for n in range(servers):
