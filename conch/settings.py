@@ -287,19 +287,31 @@ DATABASES = _databases()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
+# How long a read from Redis may wait. redis-py 8 gives every read a 5 s timeout by
+# default: exactly as long as channels_redis's blocking receive waits (BZPOPMIN,
+# brpop_timeout), so any socket idle for 5 s failed its receive and was torn down
+# (channels_redis#422). Longer than that wait, and still short enough to notice a
+# Redis that went silent.
+REDIS_SOCKET_TIMEOUT = 15.0
+
+
+def redis_channel_layer(url: str, *, prefix: str) -> dict:
+    """The Redis channel layer's settings for this URL (``REDIS_URL``)."""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured(
+            f"REDIS_URL must start with redis://, rediss:// or unix:// (got {url!r})."
+        )
+    host = {"address": url, "socket_timeout": REDIS_SOCKET_TIMEOUT}
+    return {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [host], "prefix": prefix},
+    }
+
+
 def _channel_layers() -> dict:
     url = _env("REDIS_URL")
     if url:
-        if not url.startswith(("redis://", "rediss://", "unix://")):
-            raise ImproperlyConfigured(
-                f"REDIS_URL must start with redis://, rediss:// or unix:// (got {url!r})."
-            )
-        return {
-            "default": {
-                "BACKEND": "channels_redis.core.RedisChannelLayer",
-                "CONFIG": {"hosts": [url], "prefix": _env("CONCH_CHANNEL_PREFIX") or "conch"},
-            }
-        }
+        return {"default": redis_channel_layer(url, prefix=_env("CONCH_CHANNEL_PREFIX") or "conch")}
     return {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 

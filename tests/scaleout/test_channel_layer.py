@@ -8,6 +8,7 @@ import pytest
 from channels_redis.core import RedisChannelLayer
 
 from chats import events
+from conch.settings import redis_channel_layer
 from tests.scaleout.conftest import REDIS_URL
 from tests.scaleout.processes import manage, manage_ok
 
@@ -66,6 +67,28 @@ async def test_an_event_published_in_another_process_reaches_the_owners_group(sc
         }
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(layer.receive(channel), timeout=0.5)
+    finally:
+        await layer.flush()
+        await layer.close_pools()
+
+
+async def test_a_channel_idle_longer_than_a_blocking_receive_still_hears_the_next_event(
+    scaleout,
+):
+    """A tab's listener waits on Redis for as long as nothing happens. redis-py 8 gave
+    every read a 5 s timeout, channels_redis's blocking receive waits 5 s too: an idle
+    receive failed, and the sockets it served were torn down (channels_redis#422)."""
+    config = redis_channel_layer(REDIS_URL, prefix=scaleout.channel_prefix)["CONFIG"]
+    layer = RedisChannelLayer(**config)
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(events.owner_group(1), channel)
+        idle = layer.brpop_timeout + 1.5  # past one blocking receive, and redis-py's default
+        message = {"type": "conch.event", "event": events.STATUS, "seq": 1}
+        asyncio.get_running_loop().call_later(
+            idle, lambda: asyncio.ensure_future(layer.group_send(events.owner_group(1), message))
+        )
+        assert await asyncio.wait_for(layer.receive(channel), timeout=idle + 10) == message
     finally:
         await layer.flush()
         await layer.close_pools()
