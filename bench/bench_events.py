@@ -13,7 +13,8 @@ publishes ``status`` again (idle), with a ``conversation.updated`` between.
 
 Latency of an event at a tab: from the moment the event is committed (the
 server notes it, see below) to the moment that tab's socket receives the push
-carrying it (each push starts with ``#conch-seq``, its event's number). The
+carrying it (each push starts with ``#conch-seq``, its event's number, or the
+first and last of the run of events it carries, each counted at that push). The
 figure judged is over every ``status`` event at every tab; every event of the
 changes is reported beside it. A push that hasn't arrived when the wait ends
 (``--drain`` seconds after the last change) counts with the time waited so far,
@@ -81,6 +82,8 @@ REDIS_URL = "redis://127.0.0.1:6379/0"
 SEQ_TAG = re.compile(r'<span id="conch-seq"[^>]*>')
 SEQ_NUMBER = re.compile(r'data-seq="(\d+)"')
 SEQ_KIND = re.compile(r'data-kind="(\w+)"')
+# A push that carries a run of events marks the first of them too (chats/regions.py).
+SEQ_FIRST = re.compile(r'data-first="(\d+)"')
 # The variables of this process's own Conch, if any: the servers get only the bench's.
 _OURS = ("CONCH_", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
 
@@ -426,8 +429,11 @@ async def _read(tab: Tab, socket) -> None:
                 continue
             if kind is not None and kind.group(1) == "hello":
                 tab.hello.set()
-            else:
-                tab.arrivals.setdefault(int(number.group(1)), now)
+            else:  # every event of the run arrives with the push that carries it
+                last = int(number.group(1))
+                first = SEQ_FIRST.search(tag)
+                for seq in range(int(first.group(1)) if first else last, last + 1):
+                    tab.arrivals.setdefault(seq, now)
     tab.closed = tab.closed or "closed by the server"
     tab.hello.set()  # not waited for any more
 

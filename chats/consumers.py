@@ -6,11 +6,9 @@ swaps rendered by :mod:`chats.regions`, the same partials the views render.
 A tab names the chat it shows in the URL (``/ws/?chat=c_…``); only that
 chat's page regions are pushed to it, beside the sidebar row.
 
-A push costs the same with one tab open or a hundred: each part of it is
-rendered once per server process (:class:`SharedRenders`), and every tab it
-goes to gets the same text. The renders run on a thread of their own
-(:data:`RENDER_THREAD`), which keeps its database connection, not on the
-thread Channels gives the views.
+A push costs the same with one tab open or a hundred: the process hears each
+event once and renders it once (:mod:`chats.pushes`), and every tab it goes to
+gets the same text, written to its socket and nothing more.
 
 A socket lives no longer than the session that opened it (chats/signout.py):
 it closes with :data:`CLOSE_UNAUTHENTICATED` on ``session.ended``, when the
@@ -22,20 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.db import close_old_connections
 from django.utils import timezone
 
-from chats import events, regions, signout
+from chats import events, pushes, regions, signout
 
 log = logging.getLogger(__name__)
 
@@ -49,65 +40,10 @@ SESSION_RECHECK_SECONDS = 60.0
 # Wake this long after the expiry, so the check sees the session as expired.
 EXPIRY_MARGIN_SECONDS = 0.05
 
-# Every push is rendered here, one at a time and in the order the events came: off
-# the thread the views share, and on one connection, kept between renders.
-RENDER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-render")
-
-
-def _rendered(render: Callable[..., str], kwargs: dict[str, Any]) -> str:
-    """Run on :data:`RENDER_THREAD`: the connection is dropped only if it broke or aged
-    (CONN_MAX_AGE), as Channels' ``database_sync_to_async`` would."""
-    close_old_connections()
-    try:
-        return render(**kwargs)
-    finally:
-        close_old_connections()
-
-
-class SharedRenders:
-    """The parts of this process's pushes, each rendered once for every tab it goes to.
-
-    The first tab to get an event starts each part it needs; the others take the
-    same text, during the render or after it. A part is kept ``keep_seconds``, long
-    enough for every tab of the process to have taken the event, and at most
-    ``max_kept`` parts at once. A render that fails fails for every tab alike.
-    """
-
-    def __init__(
-        self, *, keep_seconds: float = 30.0, max_kept: int = 1024, executor=RENDER_THREAD
-    ) -> None:
-        self.keep_seconds = keep_seconds
-        self.max_kept = max_kept
-        self.executor = executor
-        self._kept: OrderedDict[tuple, tuple[float, Future[str]]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def start(self, key: tuple, render: Callable[..., str], **kwargs: Any) -> Future[str]:
-        """The part ``key``: the render already under way or done, or a new one."""
-        now = time.monotonic()
-        with self._lock:
-            kept = self._kept.get(key)
-            if kept is not None:
-                return kept[1]
-            while self._kept and (
-                len(self._kept) >= self.max_kept
-                or next(iter(self._kept.values()))[0] < now - self.keep_seconds
-            ):
-                self._kept.popitem(last=False)
-            future = self.executor.submit(_rendered, render, kwargs)
-            self._kept[key] = (now, future)
-            return future
-
-    async def text(self, key: tuple, render: Callable[..., str], **kwargs: Any) -> str:
-        # Shielded: a tab that closes while it waits leaves the render to the others.
-        return await asyncio.shield(asyncio.wrap_future(self.start(key, render, **kwargs)))
-
-
-SHARED_RENDERS = SharedRenders()
-
 
 class WorkspaceConsumer(AsyncWebsocketConsumer):
     ended = False
+    owner_tabs: pushes.OwnerTabs | None = None
     groups_joined: tuple[str, ...] = ()
     session_watch: asyncio.Task | None = None
 
@@ -122,9 +58,14 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
         self.session_key = session_key
         query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
         self.showing = (query.get("chat") or [None])[0] or None
-        self.groups_joined = (events.owner_group(user.pk), signout.session_group(session_key))
+        self.groups_joined = (signout.session_group(session_key),)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
+        # The owner's events come through the process's listener; they wait for this
+        # tab until its hello is sent, so none falls between the two.
+        self.owner_tabs = owner_tabs = await pushes.tab_add(
+            self, owner_id=self.owner_id, layer=self.channel_layer
+        )
         # Asked after joining the session's group: a sign-out racing this connect
         # has either deleted the session by now or will be heard in the group.
         state = await self._session_state()
@@ -135,8 +76,8 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
         await self.accept()
         self.session_watch = asyncio.create_task(self._watch_session(state.expires_at))
         # The number the page should be at: a page that is behind refetches.
-        hello = RENDER_THREAD.submit(_rendered, _render_hello, {"owner_id": self.owner_id})
-        await self.send(text_data=await asyncio.wrap_future(hello))
+        await self.send(text_data=await pushes.render(_render_hello, owner_id=self.owner_id))
+        await owner_tabs.ready(self)
 
     async def disconnect(self, code: int) -> None:
         if self.session_watch is not None:
@@ -146,41 +87,10 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """The page only listens; what it sends goes through the views, with CSRF."""
 
-    async def conch_event(self, message: dict) -> None:
-        if self.ended:
-            return
-        try:
-            html = await self._push(message)
-        except Exception:  # at most once: the page sees the gap at the next number
-            log.exception("could not render the push for %s", message.get("event"))
-            return
-        if not self.ended:  # the session may have ended while this rendered
-            await self.send(text_data=html)
-
-    async def _push(self, message: dict) -> str:
-        """The event's part for every tab, and, if this tab shows its chat, that chat's part."""
-        event, seq, chat = message["event"], message["seq"], message.get("conversation_id")
-        key = (self.owner_id, seq, event, chat)
-        every = SHARED_RENDERS.text(
-            (*key, "every"),
-            regions.render_push,
-            owner_id=self.owner_id,
-            event=event,
-            seq=seq,
-            conversation_id=chat,
-        )
-        if self.showing is None or self.showing != chat:
-            return await every
-        shown = SHARED_RENDERS.text(
-            (*key, "chat"),
-            regions.render_push_for_chat,
-            owner_id=self.owner_id,
-            event=event,
-            conversation_id=chat,
-            data=message.get("data"),
-        )
-        every_text, shown_text = await asyncio.gather(every, shown)
-        return f"{every_text}\n{shown_text}" if shown_text else every_text
+    async def push(self, text: str) -> None:
+        """An event's push, from the process's listener (chats/pushes.py)."""
+        if not self.ended:  # the session may have ended while it rendered
+            await self.send(text_data=text)
 
     async def session_ended(self, message: dict) -> None:
         await self._end(CLOSE_UNAUTHENTICATED)
@@ -193,6 +103,8 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
         await self.close(code=code)
 
     async def _leave(self) -> None:
+        if self.owner_tabs is not None:
+            pushes.tab_remove(self, owner_id=self.owner_id)
         joined, self.groups_joined = self.groups_joined, ()
         for group in joined:
             await self.channel_layer.group_discard(group, self.channel_name)

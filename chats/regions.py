@@ -12,7 +12,7 @@ assistant's words, which the ``markdown`` filter renders and nh3 cleans
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -183,51 +183,112 @@ def _owned_chat(owner_id: int, public_id: str) -> Conversation | None:
     )
 
 
-def render_push(
-    *,
-    owner_id: int,
-    event: str,
-    seq: int,
-    conversation_id: str | None,
-) -> str:
-    """What every tab of the owner gets for one event, the same bytes for each: the
-    sequence marker, then, if the event can change its chat's row, that row alone."""
-    parts = [render_seq(seq)]
-    if conversation_id and (event in SHOWN_EVENTS or event in events.ROW_CARD_EVENT_TYPES):
-        parts.append(render_row_push(owner_id=owner_id, conversation_id=conversation_id))
-    return "\n".join(parts)
+@dataclass(frozen=True)
+class ChatPart:
+    """One thing a chat's own page is pushed: every region of it, its transcript, or a
+    running reply's words so far (``turn``, ``text``: carried by the event, never stored)."""
+
+    kind: str  # REGIONS, TRANSCRIPT or WORDS
+    turn: int = 0
+    text: str = ""
+
+    def covers(self, earlier: ChatPart) -> bool:
+        """Whether this part, sent after ``earlier``, leaves nothing of it to show: each
+        is rendered from the chat as it is then, and every region holds the transcript,
+        which holds the running reply."""
+        if self.kind == REGIONS:
+            return True
+        if self.kind == TRANSCRIPT:
+            return earlier.kind in (TRANSCRIPT, WORDS)
+        return earlier.kind == WORDS and earlier.turn == self.turn
 
 
-def render_push_for_chat(
-    *,
-    owner_id: int,
-    event: str,
-    conversation_id: str | None,
-    data: dict[str, Any] | None = None,
-) -> str:
-    """What the tabs showing the event's chat add to :func:`render_push`, the same
-    bytes for each: a reply's live words into its running reply, the transcript after
-    a card changed, or every region of the chat's page ("deleted", once it is gone).
-    Empty when the event shows nothing there, or the chat is not the owner's."""
-    if not conversation_id:
-        return ""
+REGIONS, TRANSCRIPT, WORDS = "regions", "transcript", "words"
+
+
+@dataclass
+class PushRun:
+    """A run of events of one owner with consecutive numbers, as the one push that
+    carries them all: the numbers ``first`` to ``last``, the chats whose sidebar row
+    they change (each once), and, for each chat, the parts its own page needs, in
+    order, without any that a later one covers.
+
+    The push is rendered from the chats as they are when it renders, after every event
+    of the run, so it shows each event's change as a push of its own would have (and
+    a run heard while the last push rendered costs one render a chat, not one an event).
+    """
+
+    first: int
+    last: int
+    rows: list[str] = field(default_factory=list)
+    parts: dict[str, list[ChatPart]] = field(default_factory=dict)
+
+    def add(self, event: str, seq: int, conversation_id: str | None, data: dict | None) -> None:
+        """Take in the next event of the run (numbered ``last + 1``)."""
+        self.last = seq
+        if not conversation_id:
+            return
+        if event in SHOWN_EVENTS or event in events.ROW_CARD_EVENT_TYPES:
+            if conversation_id not in self.rows:
+                self.rows.append(conversation_id)
+        part = _chat_part(event, data)
+        if part is not None:
+            parts = self.parts.setdefault(conversation_id, [])
+            parts[:] = [earlier for earlier in parts if not part.covers(earlier)]
+            parts.append(part)
+
+    @classmethod
+    def of(cls, event: str, seq: int, conversation_id: str | None, data: dict | None) -> PushRun:
+        run = cls(first=seq, last=seq)
+        run.add(event, seq, conversation_id, data)
+        return run
+
+
+def _chat_part(event: str, data: dict | None) -> ChatPart | None:
     if event == events.REPLY_TEXT:
         if not data or not data.get("turn"):
-            return ""
-        context = {"turn_number": data["turn"], "text": str(data.get("text", "")), "oob": True}
-        return render_region("reply-text", context)
-    if event not in events.CARD_EVENT_TYPES and event not in SHOWN_EVENTS:
-        return ""
-    conversation = _owned_chat(owner_id, conversation_id)
+            return None
+        return ChatPart(WORDS, turn=data["turn"], text=str(data.get("text", "")))
     if event in events.CARD_EVENT_TYPES:
-        if conversation is None:
-            return ""
-        context = {**transcript_context(conversation=conversation), "oob": True}
-        return render_region("transcript", context)
-    if conversation is None:
-        return render_region("chat-gone", {"oob": True})
-    context = {**chat_context(conversation=conversation), "oob": True}
-    return "\n".join(render_region(name, context) for name in CHAT_REGIONS)
+        return ChatPart(TRANSCRIPT)
+    if event in SHOWN_EVENTS:
+        return ChatPart(REGIONS)
+    return None
+
+
+def render_run(*, owner_id: int, run: PushRun) -> str:
+    """What every tab of the owner gets for a run, the same bytes for each: the marker
+    of its numbers, then the sidebar rows the run changed."""
+    marker = render_region(
+        "seq",
+        {"seq": run.last, "first": run.first, "seq_kind": "event", "oob": True},
+    )
+    if not run.rows:
+        return marker
+    return f"{marker}\n{render_rows_push(owner_id=owner_id, conversation_ids=run.rows)}"
+
+
+def render_run_for_chat(*, owner_id: int, conversation_id: str, parts: list[ChatPart]) -> str:
+    """What the tabs showing this chat add to :func:`render_run`, the same bytes for each.
+    Empty when the run shows nothing there, or the chat is not the owner's."""
+    conversation: Conversation | None = None
+    if any(part.kind != WORDS for part in parts):
+        conversation = _owned_chat(owner_id, conversation_id)
+    rendered = []
+    for part in parts:
+        if part.kind == WORDS:
+            context = {"turn_number": part.turn, "text": part.text, "oob": True}
+            rendered.append(render_region("reply-text", context))
+        elif conversation is None:
+            if part.kind == REGIONS:
+                rendered.append(render_region("chat-gone", {"oob": True}))
+        elif part.kind == TRANSCRIPT:
+            context = {**transcript_context(conversation=conversation), "oob": True}
+            rendered.append(render_region("transcript", context))
+        else:
+            context = {**chat_context(conversation=conversation), "oob": True}
+            rendered.extend(render_region(name, context) for name in CHAT_REGIONS)
+    return "\n".join(rendered)
 
 
 def render_event(
@@ -239,25 +300,27 @@ def render_event(
     showing: str | None,
     data: dict[str, Any] | None = None,
 ) -> str:
-    """What one tab, showing the chat ``showing`` (or none), is pushed for one event.
-
-    The socket renders the two halves once for all the tabs it serves
-    (chats/consumers.py); this joins them as it does.
-    """
-    push = render_push(owner_id=owner_id, event=event, seq=seq, conversation_id=conversation_id)
-    if showing is None or showing != conversation_id:
+    """What one tab, showing the chat ``showing`` (or none), is pushed for one event
+    heard alone. The socket renders the two halves once for all the tabs it serves
+    (chats/pushes.py); this joins them as it does."""
+    run = PushRun.of(event, seq, conversation_id, data)
+    push = render_run(owner_id=owner_id, run=run)
+    if showing is None or showing not in run.parts:
         return push
-    page = render_push_for_chat(
-        owner_id=owner_id, event=event, conversation_id=conversation_id, data=data
-    )
+    page = render_run_for_chat(owner_id=owner_id, conversation_id=showing, parts=run.parts[showing])
     return f"{push}\n{page}" if page else push
 
 
-def render_row_push(*, owner_id: int, conversation_id: str) -> str:
-    """One chat's sidebar row for every page's list, which conch.js puts in its place
-    (``data-sort``) and marks if it is the tab's chat; a row no longer listed (deleted,
-    archived) is taken away. A list never comes whole, whatever the number of chats."""
-    row = selectors.chat_row(owner_id=owner_id, public_id=conversation_id)
-    if row is None or not selectors.row_is_listed(row):
-        return render_region("row-push", {"row": None, "gone_id": conversation_id})
-    return render_region("row-push", {"row": with_held([row])[0]})
+def render_rows_push(*, owner_id: int, conversation_ids: list[str]) -> str:
+    """These chats' sidebar rows for every page's list, which conch.js puts each in its
+    place (``data-sort``) and marks if it is the tab's chat; a row no longer listed
+    (deleted, archived) is taken away. A list never comes whole, whatever the number of
+    chats: the rows are read together, in the same queries for one row as for many."""
+    found = selectors.chats_snapshot(
+        owner_id=owner_id,
+        chats=Conversation.objects.filter(owner_id=owner_id, public_id__in=conversation_ids),
+    )
+    listed = with_held([row for row in found if selectors.row_is_listed(row)])
+    by_id = {row.id: row for row in listed}
+    rows = [(by_id.get(public_id), public_id) for public_id in conversation_ids]
+    return render_region("row-push", {"rows": rows})

@@ -1,7 +1,8 @@
 /*
  * Conch's page behaviour, on top of htmx and its ws extension.
  *
- * - Every push starts with #conch-seq carrying the event's sequence number.
+ * - Every push starts with #conch-seq carrying the event's sequence number, or
+ *   the first and last of a run of events the server heard together.
  *   A gap in the numbers, a reconnect, or a hello that says the page is
  *   behind makes the page fetch its regions again (data-regions on #shell).
  * - A link that opens another chat in place (hx-get, hx-target="body") swaps
@@ -11,8 +12,9 @@
  *   closes cleanly (1000), so that and every other close are retried here.
  * - A socket closed because the session ended (signed out, expired) reloads
  *   the page, which then asks for the sign-in.
- * - A chat's row comes alone: it is put in its place in the list (data-sort),
- *   or taken away, and marked if it is the chat this tab shows.
+ * - A chat's row comes alone (or with the others a run of events changed): it
+ *   is put in its place in the list (data-sort), or taken away, and marked if
+ *   it is the chat this tab shows.
  * - The tab says when it is offline.
  * - The composer: Enter sends, Shift+Enter makes a new line; it shows
  *   "Sending…", clears only after the server took the message, and keeps
@@ -36,7 +38,8 @@
   var opens = 0;
   var ownRetries = 0;
   var leaving = false; // the page is navigating away
-  var SEQ_MARK = /^\s*<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"/;
+  // A push can carry a run of events (data-first to data-seq), heard together.
+  var SEQ_MARK = /^\s*<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"(?: data-first="(\d+)")?/;
 
   // A gentler back-off than the extension's default (which can wait 64 s).
   htmx.config.wsReconnectDelay = function (retryCount) {
@@ -117,7 +120,8 @@
       lastSeq = Math.max(lastSeq, seq);
       return;
     }
-    if (seq > lastSeq + 1) { refetch(); } // an event was lost on the way
+    var first = match[3] ? parseInt(match[3], 10) : seq;
+    if (first > lastSeq + 1) { refetch(); } // an event was lost on the way
     lastSeq = Math.max(lastSeq, seq);
   });
 

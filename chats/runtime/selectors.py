@@ -207,15 +207,6 @@ def chat_archived_rows(*, owner_id: int) -> list[ChatSnapshot]:
     return chats_snapshot(owner_id=owner_id, chats=archived)
 
 
-def chat_row(*, owner_id: int, public_id: str) -> ChatSnapshot | None:
-    """One sidebar row; None if the chat is gone or not this owner's."""
-    rows = chats_snapshot(
-        owner_id=owner_id,
-        chats=Conversation.objects.filter(owner_id=owner_id, public_id=public_id),
-    )
-    return rows[0] if rows else None
-
-
 def row_is_listed(row: ChatSnapshot) -> bool:
     return not row.archived or row.working
 

@@ -103,3 +103,32 @@ def test_a_lost_event_is_noticed_by_the_gap_in_the_numbers(
         "Renamed, and the event lost"
     )
     expect(watching.page.locator("body")).to_have_attribute("data-refetches", "1")
+
+
+def test_a_push_carrying_a_run_of_events_is_no_gap_but_a_run_past_one_is(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """A push may carry every event the server heard while it rendered the last one
+    (data-first to data-seq): the page takes it as those numbers, in a row."""
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
+    page = tab.page
+    body = page.locator("body")
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    expect(body).to_have_attribute("data-socket-opens", "1")
+    seq = int(page.locator("#shell").get_attribute("data-seq"))
+
+    def pushed(first: int, last: int) -> None:  # as the ws extension hands a push over
+        page.evaluate(
+            """([first, last]) => htmx.trigger(document.getElementById('shell'),
+                'htmx:wsBeforeMessage', {message: '<span id="conch-seq" data-seq="' + last +
+                '" data-kind="event" data-first="' + first + '" hidden></span>'})""",
+            [first, last],
+        )
+
+    pushed(seq + 1, seq + 3)
+    pushed(seq + 4, seq + 4)
+    expect(body).not_to_have_attribute("data-refetches", re.compile(r".*"))
+
+    pushed(seq + 6, seq + 7)  # seq + 5 never came
+    expect(body).to_have_attribute("data-refetches", "1")

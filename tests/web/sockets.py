@@ -12,7 +12,9 @@ from conch.asgi import application
 
 HOST = "127.0.0.1:8000"
 ORIGIN = "http://127.0.0.1:8000"
-SEQ = re.compile(r'^<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"')
+SEQ = re.compile(
+    r'^<span id="conch-seq" data-seq="(\d+)" data-kind="(\w+)"(?: data-first="(\d+)")?'
+)
 
 
 def session_cookie(user) -> str:

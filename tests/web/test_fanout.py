@@ -1,7 +1,7 @@
 """A push costs the same with one tab open or twenty (issue 17, item 1).
 
-Each part of a push is rendered once per process (chats/consumers.py's
-``SharedRenders``), on the render thread, and every tab it goes to gets the
+Each event is heard once per process and each part of its push rendered once
+(chats/pushes.py), on the render thread, and every tab it goes to gets the
 same text. A change to one chat sends its row alone, never the whole list.
 """
 
@@ -20,7 +20,7 @@ from django.db.backends.signals import connection_created
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from chats import consumers, events, regions
+from chats import events, pushes, regions
 from chats.models import Conversation, Status
 from chats.runtime import selectors
 from tests.factories import ChatFactory, ConversationFactory
@@ -54,7 +54,7 @@ class Counts:
 @pytest.fixture
 def counts(monkeypatch):
     seen = Counts()
-    for name in ("render_push", "render_push_for_chat"):
+    for name in ("render_run", "render_run_for_chat"):
         real = getattr(regions, name)
 
         def counted(*args, _real=real, _name=name, **kwargs):
@@ -137,7 +137,7 @@ async def test_an_event_costs_the_same_renders_and_queries_for_1_tab_as_for_20(
     twenty = await event_cost(cookie, chat, counts, tabs=20)
 
     # One render of the part every tab gets, one of the part the chat's own tabs add.
-    assert sorted(one.renders) == ["render_push", "render_push_for_chat"]
+    assert sorted(one.renders) == ["render_run", "render_run_for_chat"]
     assert sorted(twenty.renders) == sorted(one.renders)
     assert twenty.queries == one.queries
 
@@ -187,7 +187,7 @@ async def test_a_status_change_among_50_chats_pushes_its_row_alone(
     assert pushes[0].count('<li id="row-') == 1
     assert pushed_row(pushes[0]).startswith(f'<li id="row-{chat.public_id}" class="chat-row')
     assert "data-needs-you" in pushes[0]
-    assert cost.renders == ["render_push"]
+    assert cost.renders == ["render_run"]
 
 
 def test_a_pushed_rows_cost_does_not_grow_with_the_chats(
@@ -195,11 +195,8 @@ def test_a_pushed_rows_cost_does_not_grow_with_the_chats(
 ):
     def row_queries() -> int:
         with django_assert_num_queries(3):  # the chat, the open replies, what it holds for you
-            return len(
-                regions.render_push(
-                    owner_id=owner.pk, event=events.STATUS, seq=1, conversation_id=chat.public_id
-                )
-            )
+            run = regions.PushRun.of(events.STATUS, 1, chat.public_id, None)
+            return len(regions.render_run(owner_id=owner.pk, run=run))
 
     row_queries()
     ConversationFactory.create_batch(50, owner=owner, agent=agent)
@@ -225,30 +222,6 @@ def test_the_rows_sort_key_orders_them_as_the_list_does(owner, agent):
     assert rows[0].pk == chats[3].pk
 
 
-async def test_a_part_is_rendered_again_once_dropped():
-    renders: list[int] = []
-
-    def render(*, n: int) -> str:
-        renders.append(n)
-        return f"part {n}"
-
-    shared = consumers.SharedRenders(max_kept=2)
-    assert await shared.text(("a",), render, n=1) == "part 1"
-    assert await shared.text(("a",), render, n=1) == "part 1"
-    assert renders == [1]
-
-    await shared.text(("b",), render, n=2)
-    await shared.text(("c",), render, n=3)  # at most two kept: "a" goes
-    await shared.text(("a",), render, n=1)
-    assert renders == [1, 2, 3, 1]
-
-    stale = consumers.SharedRenders(keep_seconds=0.0)
-    await stale.text(("a",), render, n=4)
-    await stale.text(("b",), render, n=5)  # "a" is older than it may be kept
-    await stale.text(("a",), render, n=4)
-    assert renders[-3:] == [4, 5, 4]
-
-
 def test_the_render_thread_keeps_its_connection_as_long_as_settings_say():
     opened: list[str] = []
 
@@ -261,7 +234,7 @@ def test_the_render_thread_keeps_its_connection_as_long_as_settings_say():
         return ""
 
     def on_render_thread() -> None:
-        consumers.RENDER_THREAD.submit(consumers._rendered, query, {}).result()
+        pushes.RENDER_THREAD.submit(pushes.rendered, query, {}).result()
 
     on_render_thread()
     connection_created.connect(count)
@@ -275,3 +248,134 @@ def test_the_render_thread_keeps_its_connection_as_long_as_settings_say():
     assert len(opened) == (0 if kept else 2)
     if connection.vendor == "sqlite":
         assert kept  # SQLite reconnected for every push before (issue 17)
+
+
+async def test_an_event_reaches_the_process_once_whatever_the_number_of_tabs(cookie, chat, owner):
+    """One listener of the process is in the owner's group, not each tab: an event is one
+    message through the channel layer (one through Redis) for 1 tab or 20."""
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    tabs = await open_tabs(cookie, 10, chat=chat) + await open_tabs(cookie, 10)
+    try:
+        assert len(layer.groups[events.owner_group(owner.pk)]) == 1
+        await database_sync_to_async(status_changed)(chat, Status.WORKING)
+        pushes = await receive_all(tabs)
+        assert all(f"row-{chat.public_id}" in push for push in pushes)
+    finally:
+        await close_tabs(tabs)
+    assert events.owner_group(owner.pk) not in layer.groups  # the last tab took it along
+
+
+@contextmanager
+def render_thread_held():
+    """The render thread busy until the block ends, as a slow render would keep it."""
+    release = threading.Event()
+    busy = pushes.RENDER_THREAD.submit(release.wait, TIMEOUT)
+    try:
+        yield
+    finally:
+        release.set()
+        busy.result(TIMEOUT)
+
+
+async def test_events_heard_while_a_push_renders_go_out_as_one_push_a_render_a_chat(
+    owner, agent, cookie, chat, counts, monkeypatch
+):
+    other = await database_sync_to_async(ChatFactory)(owner=owner, agent=agent, title="Other")
+    rendering = asyncio.Event()
+    real_render = pushes.render
+
+    def render(*args, **kwargs):
+        rendering.set()
+        return real_render(*args, **kwargs)
+
+    monkeypatch.setattr(pushes, "render", render)
+    showing = await open_tabs(cookie, 2, chat=chat)
+    elsewhere = await open_tabs(cookie, 2)
+    tabs = showing + elsewhere
+    try:
+        with counting(counts) as cost:
+            with render_thread_held():
+                await database_sync_to_async(status_changed)(chat, Status.WORKING)
+                # Heard, and its push waits for the render thread.
+                await asyncio.wait_for(rendering.wait(), TIMEOUT)
+                for status in (Status.IDLE, Status.NEEDS_YOU):
+                    await database_sync_to_async(status_changed)(chat, status)
+                await database_sync_to_async(status_changed)(other, Status.WORKING)
+            first = await receive_all(tabs)
+            run = await receive_all(tabs)
+    finally:
+        await close_tabs(tabs)
+
+    seqs = [seq_of(push)[0] for push in first]
+    assert len(set(seqs)) == 1 and all("data-first" not in push for push in first)
+    marker = f'data-seq="{seqs[0] + 3}" data-kind="event" data-first="{seqs[0] + 1}"'
+    assert all(push.startswith(f'<span id="conch-seq" {marker}') for push in run)
+    # Each chat's row once, as it is after the run; the shown chat's page once.
+    for push in run:
+        assert push.count(f'<li id="row-{chat.public_id}"') == 1
+        assert push.count(f'<li id="row-{other.public_id}"') == 1
+        assert "is-needs_you" in push.split(f'<li id="row-{chat.public_id}"', 1)[1]
+    assert all(push.count('id="chat-controls"') == 1 for push in run[: len(showing)])
+    assert all('id="chat-controls"' not in push for push in run[len(showing) :])
+    assert sorted(cost.renders) == sorted(["render_run", "render_run_for_chat"] * 2)
+
+
+async def test_a_push_heard_while_a_tab_connects_waits_for_its_hello(cookie, chat, monkeypatch):
+    """A tab hears its owner's events from before it asks its hello's number; one that
+    comes meanwhile is sent after the hello, never before it (or before the handshake)."""
+    from chats import signout
+
+    real = signout.session_state
+
+    def state_with_an_event_meanwhile(**kwargs):
+        status_changed(chat, Status.WORKING)  # committed and heard before the tab is ready
+        return real(**kwargs)
+
+    monkeypatch.setattr(signout, "session_state", state_with_an_event_meanwhile)
+    tab = socket(cookie=cookie, path=f"/ws/?chat={chat.public_id}")
+    connected, _ = await tab.connect(timeout=TIMEOUT)
+    try:
+        assert connected
+        hello = seq_of(await tab.receive_from(timeout=TIMEOUT))
+        push = await tab.receive_from(timeout=TIMEOUT)
+    finally:
+        await close_tabs([tab])
+    assert hello[1] == "hello"
+    assert seq_of(push) == (hello[0], "event")  # the hello already counts it: no refetch
+    assert "is-working" in push
+
+
+def _heard(seq: int, event: str = events.STATUS, chat: str | None = "c_one", **data) -> dict:
+    return {
+        "type": "conch.event",
+        "event": event,
+        "seq": seq,
+        "conversation_id": chat,
+        "data": data,
+    }
+
+
+def test_a_missing_number_ends_a_run_so_the_page_sees_the_gap():
+    found = pushes.runs([_heard(5), _heard(2), _heard(3), _heard(3), _heard(6)])
+
+    # In their numbers' order, the number heard twice pushed once; 4 never came.
+    assert [(run.first, run.last) for run in found] == [(2, 3), (5, 6)]
+
+
+def test_a_chats_page_gets_each_part_once_and_nothing_a_later_part_shows_anew():
+    run = regions.PushRun.of(events.REPLY_TEXT, 1, "c_one", {"turn": 3, "text": "Hel"})
+    run.add(events.REPLY_TEXT, 2, "c_one", {"turn": 3, "text": "Hello"})
+    assert run.parts["c_one"] == [regions.ChatPart(regions.WORDS, turn=3, text="Hello")]
+    assert run.rows == []  # the words alone change no row
+
+    run.add(events.STATUS, 3, "c_one", {})  # every region, the running reply's too
+    run.add(events.REPLY_TEXT, 4, "c_one", {"turn": 3, "text": "Hello, wor"})
+    run.add(events.TURN_RUNNABLE, 5, "c_two", {})
+    assert run.parts["c_one"] == [
+        regions.ChatPart(regions.REGIONS),
+        regions.ChatPart(regions.WORDS, turn=3, text="Hello, wor"),
+    ]
+    assert run.rows == ["c_one"] and "c_two" not in run.parts
+    assert (run.first, run.last) == (1, 5)

@@ -1,0 +1,265 @@
+"""A server process's pushes: each event heard once here, rendered once, sent to every tab.
+
+A process holds one listener per owner with tabs open in it (:class:`OwnerTabs`):
+one channel of its own in the owner's group, whatever the number of tabs. An
+event reaches the process once through the channel layer (the in-memory queue,
+or one message through Redis), its parts are rendered once on
+:data:`RENDER_THREAD`, and the same text goes to each tab, in the order the
+events were numbered. A tab costs one socket write an event, nothing more: no
+channel-layer message, task wake-up or thread hop of its own (issue 17, item 1).
+
+The renders run on a thread of their own, which keeps its database connection,
+not on the thread Channels gives the views, so a push never queues behind a view
+and a view never behind a hundred pushes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from channels.layers import BaseChannelLayer
+from django.db import close_old_connections
+
+from chats import events, regions
+
+log = logging.getLogger(__name__)
+
+# Every push is rendered here, one at a time and in the order the events came: off
+# the thread the views share, and on one connection, kept between renders.
+RENDER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-render")
+# How often a listener joins its owner's group again: channels_redis forgets a member
+# after a day (group_expiry), however busy its channel is.
+REJOIN_SECONDS = 3600.0
+# A listener whose channel layer failed tries again after this long.
+RETRY_SECONDS = 1.0
+# At most this many events in one push, however many were heard while the last rendered.
+MAX_RUN = 500
+
+
+def rendered(render: Callable[..., str], kwargs: dict[str, Any]) -> str:
+    """Run on :data:`RENDER_THREAD`: the connection is dropped only if it broke or aged
+    (CONN_MAX_AGE), as Channels' ``database_sync_to_async`` would."""
+    close_old_connections()
+    try:
+        return render(**kwargs)
+    finally:
+        close_old_connections()
+
+
+async def render(render: Callable[..., str], **kwargs: Any) -> str:
+    """``render(**kwargs)`` on :data:`RENDER_THREAD`, awaited from the event loop."""
+    return await asyncio.wrap_future(RENDER_THREAD.submit(rendered, render, kwargs))
+
+
+class Tab(Protocol):
+    """What a listener needs of a tab: the chat it shows, and a way to send it text."""
+
+    showing: str | None
+
+    async def push(self, text: str) -> None: ...
+
+
+class OwnerTabs:
+    """This process's tabs of one owner, and the one channel that hears the owner's
+    events for all of them.
+
+    What is heard while a push renders waits, and goes out as one push for the run of
+    events (:class:`chats.regions.PushRun`): a burst of events costs a render a chat it
+    changed, not one an event, and the last of them reaches the tabs no later for it.
+
+    A tab is added before it reads the number its hello carries (see
+    :meth:`chats.consumers.WorkspaceConsumer.connect`) and is sent nothing until it
+    is :meth:`ready`: pushes meanwhile wait for it in order, so no event falls
+    between its hello and its first push.
+    """
+
+    def __init__(self, owner_id: int, layer: BaseChannelLayer) -> None:
+        self.owner_id = owner_id
+        self.layer = layer
+        self.group = events.owner_group(owner_id)
+        self.tabs: dict[Tab, list[str] | None] = {}  # each tab, and what waits for it
+        self.channel = ""
+        self.heard: list[dict[str, Any]] = []
+        self._more = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._joined: asyncio.Task[None] = asyncio.ensure_future(self._join())
+
+    async def _join(self) -> None:
+        # The layer's own prefix: channels_redis hears all of a process's channels on one
+        # key, named by it; a channel with another prefix is heard only while it receives
+        # alone, and its events wait while a tab's own channel holds the receive.
+        self.channel = await self.layer.new_channel()
+        await self.layer.group_add(self.group, self.channel)
+        self._tasks = [
+            asyncio.ensure_future(self._hear()),
+            asyncio.ensure_future(self._push_heard()),
+            asyncio.ensure_future(self._stay_joined()),
+        ]
+
+    async def joined(self) -> None:
+        await asyncio.shield(self._joined)
+
+    async def _hear(self) -> None:
+        while True:
+            try:
+                message = await self.layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the layer failed (Redis went away): the pages see the gap
+                log.warning("could not hear %s; trying again", self.group, exc_info=True)
+                await asyncio.sleep(RETRY_SECONDS)
+                continue
+            if message.get("type") == "conch.event":
+                self.heard.append(message)
+                self._more.set()
+
+    async def _push_heard(self) -> None:
+        while True:
+            await self._more.wait()
+            self._more.clear()
+            heard, self.heard = self.heard, []
+            for run in runs(heard):
+                try:
+                    await self.push(run)
+                except Exception:  # at most once: each page sees the gap at the next number
+                    log.exception("could not push events %s to %s", run.first, run.last)
+
+    async def _stay_joined(self) -> None:
+        while True:
+            await asyncio.sleep(REJOIN_SECONDS)
+            try:
+                await self.layer.group_add(self.group, self.channel)
+            except Exception:
+                log.warning("could not join %s again", self.group, exc_info=True)
+
+    async def push(self, run: regions.PushRun) -> None:
+        """One run of events to every tab here: what every tab gets, rendered once, then
+        to the tabs showing a chat the run changed, that chat's part too, rendered once."""
+        shown = {tab.showing for tab in self.tabs if tab.showing in run.parts}
+        every_render = asyncio.ensure_future(
+            render(regions.render_run, owner_id=self.owner_id, run=run)
+        )
+        chat_renders = {
+            chat: asyncio.ensure_future(
+                render(
+                    regions.render_run_for_chat,
+                    owner_id=self.owner_id,
+                    conversation_id=chat,
+                    parts=run.parts[chat],
+                )
+            )
+            for chat in run.parts
+            if chat in shown
+        }
+        try:
+            every = await every_render
+            # The tabs elsewhere need nothing more: sent now, while the chats' parts render.
+            await self._send(every, [tab for tab in self.tabs if tab.showing not in chat_renders])
+            for chat, chat_render in chat_renders.items():
+                page = await chat_render
+                text = f"{every}\n{page}" if page else every
+                await self._send(text, [tab for tab in self.tabs if tab.showing == chat])
+        finally:
+            for pending in (every_render, *chat_renders.values()):
+                pending.cancel()
+
+    async def _send(self, text: str, tabs: list[Tab]) -> None:
+        for tab in tabs:
+            if tab not in self.tabs:  # it left meanwhile
+                continue
+            waiting = self.tabs[tab]
+            if waiting is not None:
+                waiting.append(text)
+                continue
+            try:
+                await tab.push(text)
+            except Exception:
+                log.warning("could not send a push to a tab", exc_info=True)
+
+    def add(self, tab: Tab) -> None:
+        self.tabs[tab] = []
+
+    async def ready(self, tab: Tab) -> None:
+        """Send the tab what waited for it, then everything as it comes."""
+        while True:
+            waiting = self.tabs.get(tab)
+            if not waiting:
+                break
+            self.tabs[tab] = []
+            for text in waiting:
+                await tab.push(text)
+        if tab in self.tabs:
+            self.tabs[tab] = None
+
+    def close(self) -> None:
+        """The owner's last tab here left: stop listening and leave the group."""
+        for task in self._tasks:
+            task.cancel()
+        asyncio.ensure_future(self._leave())
+
+    async def _leave(self) -> None:
+        try:
+            await self._joined
+            await self.layer.group_discard(self.group, self.channel)
+        except Exception:  # the group forgets a channel nobody reads anyway (expiry)
+            log.warning("could not leave %s", self.group, exc_info=True)
+
+
+def runs(heard: list[dict[str, Any]]) -> list[regions.PushRun]:
+    """The events heard, in their numbers' order, as runs of consecutive numbers. A
+    number missing (lost on the way) ends a run, so the page sees the gap and refetches."""
+    found: list[regions.PushRun] = []
+    for message in sorted(heard, key=lambda message: message["seq"]):
+        seq, run = message["seq"], found[-1] if found else None
+        args = (message["event"], seq, message.get("conversation_id"), message.get("data"))
+        if run is not None and seq == run.last + 1 and seq - run.first < MAX_RUN:
+            run.add(*args)
+        elif run is None or seq > run.last:  # a number heard twice is pushed once
+            found.append(regions.PushRun.of(*args))
+    return found
+
+
+# Each event loop's listeners (a test may run several loops one after another).
+_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, OwnerTabs]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def listeners() -> dict[int, OwnerTabs]:
+    """This loop's listeners, by owner."""
+    return _listeners.setdefault(asyncio.get_running_loop(), {})
+
+
+async def tab_add(tab: Tab, *, owner_id: int, layer: BaseChannelLayer) -> OwnerTabs:
+    """Hear the owner's events for this tab: through the process's listener, made for
+    the owner's first tab here. Call :meth:`OwnerTabs.ready` once the tab may be sent to."""
+    here = listeners()
+    owner_tabs = here.get(owner_id)
+    if owner_tabs is None:
+        owner_tabs = here[owner_id] = OwnerTabs(owner_id, layer)
+    owner_tabs.add(tab)
+    try:
+        await owner_tabs.joined()
+    except BaseException:  # the layer failed it: the next tab makes a listener afresh
+        owner_tabs.tabs.pop(tab, None)
+        if here.get(owner_id) is owner_tabs:
+            del here[owner_id]
+        raise
+    return owner_tabs
+
+
+def tab_remove(tab: Tab, *, owner_id: int) -> None:
+    """The tab hears no more; the owner's last tab here takes the listener with it."""
+    here = listeners()
+    owner_tabs = here.get(owner_id)
+    if owner_tabs is None or tab not in owner_tabs.tabs:
+        return
+    del owner_tabs.tabs[tab]
+    if not owner_tabs.tabs:
+        del here[owner_id]
+        owner_tabs.close()
