@@ -32,7 +32,6 @@ CONVERSATION_UPDATED = "conversation.updated"
 STATUS = "status"
 CONVERSATION_DELETED = "conversation.deleted"
 TASK_CHANGED = "task.changed"
-TURN_RUNNABLE = "turn.runnable"
 # A reply's words so far, while a model writes them: shown live, never stored.
 REPLY_TEXT = "reply.text"
 
@@ -42,7 +41,6 @@ EVENT_TYPES: set[str] = {
     STATUS,
     CONVERSATION_DELETED,
     TASK_CHANGED,
-    TURN_RUNNABLE,
     REPLY_TEXT,
 }
 # Those that change only a card in a chat's transcript: a page redraws that transcript.
@@ -313,8 +311,7 @@ def _deliver_many(batch: list[Event]) -> None:
                 callback(event)
             except Exception:  # a watcher's bug must not stop the others, nor the writer
                 log.exception("event subscriber failed on %s", event.type)
-    # Every numbered event goes to the group, turn.runnable too: the pages only
-    # take its number from it, but without it they would see a gap and refetch.
+    # Every numbered event goes to the group: a page that missed one would see a gap.
     try:
         _group_send_many(owner_group(batch[0].owner_id), [event.as_message() for event in batch])
     except Exception:  # at most once: a page that misses it sees the gap and refetches

@@ -207,10 +207,5 @@ def _recover_one(turn: Turn) -> Turn:
                 data={"recovery": "resumed"},
             )
             events.publish_chat(conversation, events.STATUS, turn=turn.number, recovered=True)
-            events.publish(
-                events.TURN_RUNNABLE,
-                owner_id=conversation.owner_id,
-                conversation_id=conversation.public_id,
-            )
         turn.refresh_from_db()
     return turn

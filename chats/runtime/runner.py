@@ -92,7 +92,9 @@ class Runner:
         self._wake.set()
 
     def _on_event(self, event: events.Event) -> None:
-        if event.type in (events.TURN_RUNNABLE, events.STATUS, events.TASK_CHANGED):
+        # A reply becomes runnable with a status event (its chat working), a task's with
+        # its own: no event of their own is published for the runners, nor numbered.
+        if event.type in (events.STATUS, events.TASK_CHANGED):
             self._wake.set()
 
     # -- the loop ------------------------------------------------------------

@@ -185,10 +185,7 @@ def _turn_start_locked(
     conversation.status = Status.WORKING
     conversation.last_interaction_at = now
     conversation.save(update_fields=["status", "last_interaction_at", "updated_at"])
-    events.publish_chat(conversation, events.STATUS, turn=turn.number)
-    events.publish(
-        events.TURN_RUNNABLE, owner_id=conversation.owner_id, conversation_id=conversation.public_id
-    )
+    events.publish_chat(conversation, events.STATUS, turn=turn.number)  # wakes the runner
     return turn
 
 
@@ -369,11 +366,6 @@ def _answer_pending(turn: Turn, *, approved: bool) -> Turn:
         conversation.status = Status.WORKING
         conversation.save(update_fields=["status", "updated_at"])
         events.publish_chat(conversation, events.STATUS, turn=turn.number, answer=pending["answer"])
-        events.publish(
-            events.TURN_RUNNABLE,
-            owner_id=conversation.owner_id,
-            conversation_id=conversation.public_id,
-        )
     return turn
 
 

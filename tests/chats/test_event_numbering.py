@@ -31,7 +31,7 @@ def test_a_transactions_events_take_no_query_until_it_commits_then_one(
     with CaptureQueriesContext(connection) as writing:
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
             events.publish_chat(chat)
-            events.publish(events.TURN_RUNNABLE, owner_id=owner.pk, conversation_id=chat.public_id)
+            events.publish(events.STATUS, owner_id=owner.pk, conversation_id=chat.public_id)
             events.publish_many(
                 events.CONVERSATION_DELETED, owner_id=owner.pk, conversation_ids=["c_a", "c_b"]
             )
@@ -45,7 +45,7 @@ def test_a_transactions_events_take_no_query_until_it_commits_then_one(
     assert [e.seq for e in published] == [before + 1, before + 2, before + 3, before + 4]
     assert [e.type for e in published] == [
         events.CONVERSATION_UPDATED,
-        events.TURN_RUNNABLE,
+        events.STATUS,
         events.CONVERSATION_DELETED,
         events.CONVERSATION_DELETED,
     ]

@@ -110,7 +110,6 @@ def test_a_reply_whose_worker_died_after_a_read_is_recovery_pending_first_then_r
     # Never reported finished: no event says it ended, and the chat still reads as working.
     assert not any("ended" in e.data for e in published)
     assert [e.data["status"] for e in published if e.type == events.STATUS] == [Status.WORKING]
-    assert any(e.type == events.TURN_RUNNABLE for e in published)
     note = chat.entries.get(role=EntryRole.CONCH)
     assert (note.kind, note.data) == (EntryKind.NOTE, {"recovery": "resumed"})
 

@@ -228,7 +228,26 @@ def test_an_event_from_a_write_that_rolled_back_never_goes_out(agent, published)
     with transaction.atomic():
         message_send(conversation=chat, text="go")
         assert published == []
-    assert [e.type for e in published] == [events.STATUS, events.TURN_RUNNABLE]
+    assert [e.type for e in published] == [events.STATUS]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_runner_takes_a_new_reply_when_its_status_is_published_not_at_its_next_look():
+    """No event of its own tells the runners a reply can run: its chat's status does."""
+    import threading
+
+    chat = ChatFactory(reply=[say("Hello.")])
+    ended = threading.Event()
+    unsubscribe = events.subscribe(
+        lambda event: ended.set() if event.data.get("ended") == TurnState.COMPLETED else None
+    )
+    runner = Runner(name="woken", poll=600).start()  # its own look: in ten minutes
+    try:
+        message_send(conversation=chat, text="hi")
+        assert ended.wait(30), "the runner slept through the reply's status"
+    finally:
+        runner.stop(timeout=30)
+        unsubscribe()
 
 
 # ---------------------------------------------------------------------------

@@ -372,7 +372,7 @@ def test_a_chats_page_gets_each_part_once_and_nothing_a_later_part_shows_anew():
 
     run.add(events.STATUS, 3, "c_one", {})  # every region, the running reply's too
     run.add(events.REPLY_TEXT, 4, "c_one", {"turn": 3, "text": "Hello, wor"})
-    run.add(events.TURN_RUNNABLE, 5, "c_two", {})
+    run.add(events.REPLY_TEXT, 5, "c_two", {})  # words for no reply: nothing to show
     assert run.parts["c_one"] == [
         regions.ChatPart(regions.REGIONS),
         regions.ChatPart(regions.WORDS, turn=3, text="Hello, wor"),
