@@ -364,6 +364,12 @@ def test_a_missing_number_ends_a_run_so_the_page_sees_the_gap():
     assert [(run.first, run.last) for run in found] == [(2, 3), (5, 6)]
 
 
+def test_a_run_carries_at_most_max_run_events():
+    found = pushes.runs([_heard(seq) for seq in range(1, 2 * pushes.MAX_RUN + 2)])
+
+    assert [run.last - run.first + 1 for run in found] == [pushes.MAX_RUN, pushes.MAX_RUN, 1]
+
+
 def test_a_chats_page_gets_each_part_once_and_nothing_a_later_part_shows_anew():
     run = regions.PushRun.of(events.REPLY_TEXT, 1, "c_one", {"turn": 3, "text": "Hel"})
     run.add(events.REPLY_TEXT, 2, "c_one", {"turn": 3, "text": "Hello"})
