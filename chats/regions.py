@@ -155,19 +155,34 @@ def render_seq(seq: int, *, kind: str = "event") -> str:
     return render_region("seq", {"seq": seq, "seq_kind": kind, "oob": True})
 
 
+# An answer's or a refetch's regions, marked with the number read before them: every
+# event numbered up to it is in them. conch.js drops pushes no newer than what the page
+# shows, and fetches again after regions older than a push it has already shown.
+ANSWER = "answer"
+
+
 def render_list_bundle(*, owner_id: int, current_chat_id: str | None = None) -> str:
+    seq = events.current_seq(owner_id)
     context = {**list_context(owner_id=owner_id, current_chat_id=current_chat_id), "oob": True}
-    return render_region("chat-list", context)
+    return f"{render_seq(seq, kind=ANSWER)}\n{render_region('chat-list', context)}"
 
 
 def render_chat_bundle(*, owner_id: int, conversation: Conversation) -> str:
-    """The list and every region of one chat's page, as out-of-band swaps."""
+    """The list and every region of one chat's page, as out-of-band swaps, read afresh
+    after the number they are marked with."""
+    seq = events.current_seq(owner_id)
+    conversation.refresh_from_db()
     context = {
         **list_context(owner_id=owner_id, current_chat_id=conversation.public_id),
         **chat_context(conversation=conversation),
         "oob": True,
     }
-    return "\n".join(render_region(name, context) for name in ("chat-list", *CHAT_REGIONS))
+    return "\n".join(
+        [
+            render_seq(seq, kind=ANSWER),
+            *(render_region(name, context) for name in ("chat-list", *CHAT_REGIONS)),
+        ]
+    )
 
 
 def render_error(slot: str, message: str) -> str:

@@ -97,7 +97,6 @@ def page_with(
 def respond_done(request: HtmxHttpRequest, chat: Conversation) -> HttpResponse:
     """After an action: the fresh regions under HTMX, otherwise back to the chat."""
     if request.htmx:
-        chat.refresh_from_db()
         bundle = regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat)
         cleared = regions.render_error("flash", "") + regions.render_error("composer-error", "")
         return HttpResponse(bundle + cleared)
@@ -118,7 +117,6 @@ def respond_refused(
     if request.htmx:
         fresh = ""
         if status == 409:
-            chat.refresh_from_db()
             fresh = (
                 regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat) + "\n"
             )

@@ -3,6 +3,9 @@
  *
  * - Every push starts with #conch-seq carrying the event's sequence number, or
  *   the first and last of a run of events the server heard together.
+ * - An answer or a refetch is marked with the number its regions were read at:
+ *   a push no newer than what the page shows is dropped, and regions older than
+ *   a push already shown are fetched again.
  *   A gap in the numbers, a reconnect, or a hello that says the page is
  *   behind makes the page fetch its regions again (data-regions on #shell).
  * - A link that opens another chat in place (hx-get, hx-target="body") swaps
@@ -120,9 +123,32 @@
       lastSeq = Math.max(lastSeq, seq);
       return;
     }
+    if (seq <= lastSeq) {
+      // Nothing the page doesn't show already: every event up to lastSeq is in it, and
+      // this push, rendered before an answer or refetch that came first, may be older.
+      evt.preventDefault();
+      return;
+    }
     var first = match[3] ? parseInt(match[3], 10) : seq;
     if (first > lastSeq + 1) { refetch(); } // an event was lost on the way
-    lastSeq = Math.max(lastSeq, seq);
+    lastSeq = seq;
+  });
+
+  // An answer to a request, or a refetch, is marked with the number read before its
+  // regions (data-kind="answer"): every event up to it is in them. One older than a
+  // push the page has shown put older regions over newer ones: fetch them again.
+  var ANSWER_MARK = /<span id="conch-seq" data-seq="(\d+)" data-kind="answer"/;
+
+  function answered(text) {
+    var match = ANSWER_MARK.exec(text || '');
+    if (!match) { return; }
+    var seq = parseInt(match[1], 10);
+    if (seq < lastSeq) { refetch(); } else { lastSeq = seq; }
+  }
+
+  body.addEventListener('htmx:afterRequest', function (evt) {
+    var xhr = evt.detail.xhr;
+    if (xhr && (xhr.status === 200 || REFUSALS.indexOf(xhr.status) >= 0)) { answered(xhr.responseText); }
   });
 
   // Every push's swaps find their targets (a row goes through the list, below);

@@ -281,3 +281,32 @@ def test_delete_deletes_and_goes_home(signed_in, htmx, owner, agent):
     assert plain.status_code == 302 and plain.url == "/"
     assert under_htmx.headers["HX-Redirect"] == "/"
     assert not Conversation.objects.exists()
+
+
+def test_an_answer_and_a_refetch_say_the_number_read_before_their_regions(
+    htmx, owner, chat, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Read before the regions, so every event up to it is in them: an event that
+    commits while they are read is left to its push (conch.js keeps the newer of an
+    answer and a push that cross on the way)."""
+    from chats import events, regions
+
+    read_before: list[int] = []
+    real_list_context = regions.list_context
+
+    def list_context(**kwargs):  # another change commits as the regions are read
+        read_before.append(events.current_seq(owner.pk))
+        with django_capture_on_commit_callbacks(execute=True):
+            events.publish_chat(chat)
+        return real_list_context(**kwargs)
+
+    monkeypatch.setattr(regions, "list_context", list_context)
+    answer = htmx.post(f"/c/{chat.public_id}/rename/", {"title": "Login bug, for real"})
+    refetched = htmx.get(f"/c/{chat.public_id}/regions/")
+    listed = htmx.get("/chats/")
+
+    for response, seq in zip((answer, refetched, listed), read_before, strict=True):
+        assert response.content.decode().startswith(
+            f'<span id="conch-seq" data-seq="{seq}" data-kind="answer"'
+        )
+    assert "Login bug, for real" in answer.content.decode()
