@@ -308,5 +308,9 @@ def records_prune(*, report: MaintenanceReport, batch: int = BATCH) -> None:
         if report.dry_run:
             report.records_pruned += rows.count()
             continue
+        # Unordered: the outbox's default ordering (created_at, id) made every batch sort
+        # all the sent replies again. Each batch takes whichever old rows its index
+        # (inbound_received, outbox_finished) finds first; the last batch's are gone.
+        rows = rows.order_by()
         while ids := list(rows.values_list("pk", flat=True)[:batch]):
             report.records_pruned += rows.model._default_manager.filter(pk__in=ids).delete()[0]
