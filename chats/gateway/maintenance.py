@@ -13,9 +13,11 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
-from django.db import transaction
-from django.db.models import Count
+from django.db import models, transaction
+from django.db.models import Count, signals
+from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
 from chats import events, hooks
@@ -185,7 +187,11 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
         if doomed:
             for hook in list(hooks.before_delete_hooks):
                 hook(doomed)
-        Conversation.objects.filter(pk__in=[c.pk for c in doomed]).delete()
+        gone = Conversation.objects.filter(pk__in=[c.pk for c in doomed])
+        if _plain(Conversation):
+            _delete_by_statement(gone)
+        else:  # something must see each row as it goes: Django's collector does that
+            gone.delete()
         # One numbered event per chat, as a single delete sends, but numbered and sent
         # per owner in one go: thousands of pruned chats, one write and one hop each.
         by_owner: dict[int, list[str]] = {}
@@ -196,6 +202,69 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
                 events.CONVERSATION_DELETED, owner_id=owner_id, conversation_ids=public_ids
             )
     return len(doomed)
+
+
+_HANDLED = (models.CASCADE, models.SET_NULL, models.DO_NOTHING)
+
+
+def _relations(model: type[models.Model]) -> list[models.ForeignObjectRel]:
+    """What points at ``model``'s rows and must change when they go (all but DO_NOTHING)."""
+    found = (
+        cast(models.ForeignObjectRel, relation)
+        for relation in get_candidate_relations_to_delete(model._meta)
+    )
+    return [relation for relation in found if relation.on_delete is not models.DO_NOTHING]
+
+
+def _plain(model: type[models.Model], _below: frozenset = frozenset()) -> bool:
+    """Whether deleting ``model``'s rows, and all they cascade to, needs nothing but
+    statements: no delete signals to send with each row, no parent table, no generic
+    relation, only CASCADE and SET_NULL (and DO_NOTHING), and no cascade back round."""
+    opts = model._meta
+    if (
+        model in _below
+        or opts.parents
+        or signals.pre_delete.has_listeners(model)
+        or signals.post_delete.has_listeners(model)
+        or any(hasattr(f, "bulk_related_objects") for f in opts.private_fields)
+    ):
+        return False
+    for relation in _relations(model):
+        if relation.on_delete not in _HANDLED:
+            return False
+        if relation.on_delete is models.CASCADE and not _plain(
+            relation.related_model, _below | {model}
+        ):
+            return False
+    return True
+
+
+def _delete_by_statement(rows: models.QuerySet) -> int:
+    """Delete ``rows`` and what hangs on them as Django's collector would (cascade, set
+    null), but with one statement per table over a subquery of their keys. The collector
+    reads every reply of the batch into Python (10,000 for 500 sessions), then deletes
+    them and sets null what points at them a few hundred ids a statement. Only for a
+    :func:`_plain` model, inside ``atomic()``. Returns how many of ``rows`` went.
+
+    What hangs on the rows goes before them, and what has nothing hanging on it first of
+    all (the collector's fast deletes): a chat's transcript goes before its replies, so
+    setting the replies' entries' ``turn`` null finds none left to rewrite (each such
+    update deletes and re-adds the entry in the search index, for an entry about to go).
+    """
+    keys = rows.order_by().values("pk")
+    relations = sorted(_relations(rows.model), key=lambda r: bool(_relations(r.related_model)))
+    for relation in relations:
+        if relation.on_delete is models.CASCADE:
+            _delete_by_statement(_pointing(relation, keys))
+    for relation in relations:
+        if relation.on_delete is models.SET_NULL:
+            _pointing(relation, keys).update(**{relation.field.name: None})
+    return rows._raw_delete(rows.db)
+
+
+def _pointing(relation: models.ForeignObjectRel, keys: models.QuerySet) -> models.QuerySet:
+    manager = relation.related_model._base_manager
+    return manager.filter(**{f"{relation.field.name}__in": keys}).order_by()
 
 
 # ---------------------------------------------------------------------------

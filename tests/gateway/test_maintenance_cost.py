@@ -10,11 +10,14 @@ from __future__ import annotations
 import datetime as dt
 
 from django.db import connection
+from django.db.models.signals import pre_delete
 from django.test.utils import CaptureQueriesContext
 
-from chats.gateway.maintenance import MaintenanceReport, records_prune
+from chats.gateway import maintenance
+from chats.gateway.maintenance import MaintenanceReport, maintenance_run, records_prune
 from chats.gateway.models import InboundRecord, OutboxMessage, OutboxState
-from tests.gateway.test_maintenance import NOW
+from chats.models import Entry, EntryRole, Step, Turn, TurnState
+from tests.gateway.test_maintenance import NOW, session
 
 OLD = NOW - dt.timedelta(days=40)
 
@@ -77,3 +80,81 @@ def test_each_batch_of_old_receipts_is_found_by_index(db):
     plan = _plan(finds[0])
     assert any("INDEX inbound_received (received_at<?)" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step or step.startswith("SCAN") for step in plan), plan
+
+
+def _replied(chat, replies: int) -> None:
+    """``replies`` finished replies in this chat, each with a step and its two lines."""
+    turns = Turn.objects.bulk_create(
+        Turn(conversation=chat, number=n, folder="/tmp", state=TurnState.COMPLETED, ended_at=OLD)
+        for n in range(1, replies + 1)
+    )
+    Step.objects.bulk_create(
+        Step(turn=turn, number=1, tool="read_file", family="reading files", effect="read")
+        for turn in turns
+    )
+    Entry.objects.bulk_create(
+        Entry(conversation=chat, turn=turn, seq=2 * turn.number - 1 + k, role=role, text="Deploy?")
+        for turn in turns
+        for k, role in enumerate((EntryRole.PERSON, EntryRole.ASSISTANT))
+    )
+
+
+def _statements_to_prune(owner, agent, key: str, replies: int) -> int:
+    for n in range(2):
+        _replied(session(owner, agent, f"{key}:{n}", days_ago=40), replies)
+    with CaptureQueriesContext(connection) as captured:
+        assert maintenance_run(now=NOW).pruned == 2
+    return len(captured)
+
+
+def test_pruning_sessions_with_a_thousand_replies_takes_the_statements_one_reply_does(owner, agent):
+    """Django's collector read every reply of a batch into Python and deleted them, and set
+    null what points at them, a few hundred ids a statement: 2,192 statements for the
+    bench's replies. Each table is now one statement for the batch, however many replies."""
+    one = _statements_to_prune(owner, agent, "dm:telegram:short", replies=1)
+    many = _statements_to_prune(owner, agent, "dm:telegram:long", replies=500)
+    assert many == one
+    assert not Turn.objects.exists() and not Step.objects.exists()
+
+
+def test_a_pruned_sessions_words_are_never_rewritten_on_their_way_out(owner, agent, monkeypatch):
+    """Setting a reply's entries' ``turn`` null rewrites each one in the search index (its
+    update trigger deletes and re-adds it) just before the entry is deleted. The transcript
+    goes before the replies, whatever order the relations are listed in."""
+    real = maintenance._relations
+    monkeypatch.setattr(maintenance, "_relations", lambda model: real(model)[::-1])
+    _replied(session(owner, agent, "dm:telegram:dead", days_ago=40), 3)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE rewritten (id integer)")
+        cursor.execute(
+            "CREATE TEMP TRIGGER entry_rewritten AFTER UPDATE ON main.chats_entry "
+            "BEGIN INSERT INTO rewritten VALUES (old.id); END"
+        )
+    try:
+        assert maintenance_run(now=NOW).pruned == 1
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM rewritten")
+            assert cursor.fetchone()[0] == 0
+        assert not Entry.objects.exists()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER temp.entry_rewritten")
+            cursor.execute("DROP TABLE temp.rewritten")
+
+
+def test_a_model_that_listens_for_its_deletes_still_hears_each_one(owner, agent):
+    """A delete signal wants each row as it goes, which only Django's collector gives."""
+    _replied(session(owner, agent, "dm:telegram:dead", days_ago=40), 2)
+    heard: list[int] = []
+
+    def listen(sender, instance, **kwargs):
+        heard.append(instance.pk)
+
+    steps = sorted(Step.objects.values_list("pk", flat=True))
+    pre_delete.connect(listen, sender=Step)
+    try:
+        assert maintenance_run(now=NOW).pruned == 1
+    finally:
+        pre_delete.disconnect(listen, sender=Step)
+    assert sorted(heard) == steps
+    assert not Step.objects.exists() and not Turn.objects.exists()
