@@ -95,9 +95,11 @@ def maintenance_run(
         prune_before=now - dt.timedelta(days=config.prune_after_days),
         max_entries=config.max_entries,
     )
+    # The old receipts and sent replies first: most are the pruned sessions' own, and
+    # deleting them after the sessions would first set their link to each session null.
+    records_prune(report=report, batch=batch)
     sessions_prune(report=report, batch=batch, progress=progress)
     sessions_compact(report=report, batch=batch, progress=progress)
-    records_prune(report=report, batch=batch)
     if (
         dry
         and config.maintenance_mode == MaintenanceMode.WARN

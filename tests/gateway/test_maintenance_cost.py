@@ -158,3 +158,39 @@ def test_a_model_that_listens_for_its_deletes_still_hears_each_one(owner, agent)
         pre_delete.disconnect(listen, sender=Step)
     assert sorted(heard) == steps
     assert not Step.objects.exists() and not Turn.objects.exists()
+
+
+def test_a_pruned_sessions_old_receipts_and_sent_replies_are_deleted_not_first_set_null(
+    owner, agent
+):
+    """Most old receipts and sent replies are the pruned sessions' own. Pruned after the
+    sessions, each was first updated to point nowhere (600,000 rows in the bench), then
+    deleted."""
+    dead = session(owner, agent, "dm:telegram:dead", days_ago=40)
+    _replied(dead, 1)
+    InboundRecord.objects.create(
+        channel="telegram", account_id="bot", message_id="1", session_key=dead.session_key,
+        agent_slug="main", rule="dm", outcome="routed", conversation=dead, received_at=OLD,
+    )  # fmt: skip
+    sent = _outbox(OutboxState.SENT, OLD)
+    sent.conversation, sent.turn = dead, dead.turns.get()
+    sent.save()
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE rewritten (id integer)")
+        for table in ("gateway_inboundrecord", "gateway_outboxmessage"):
+            cursor.execute(
+                f"CREATE TEMP TRIGGER {table}_rewritten AFTER UPDATE ON main.{table} "
+                "BEGIN INSERT INTO rewritten VALUES (old.id); END"
+            )
+    try:
+        report = maintenance_run(now=NOW)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM rewritten")
+            assert cursor.fetchone()[0] == 0
+    finally:
+        with connection.cursor() as cursor:
+            for table in ("gateway_inboundrecord", "gateway_outboxmessage"):
+                cursor.execute(f"DROP TRIGGER temp.{table}_rewritten")
+            cursor.execute("DROP TABLE temp.rewritten")
+    assert (report.pruned, report.records_pruned) == (1, 2)
+    assert not InboundRecord.objects.exists() and not OutboxMessage.objects.exists()
