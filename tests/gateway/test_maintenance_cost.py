@@ -142,6 +142,23 @@ def test_a_pruned_sessions_words_are_never_rewritten_on_their_way_out(owner, age
             cursor.execute("DROP TABLE temp.rewritten")
 
 
+def test_what_points_at_a_pruned_session_through_a_mostly_null_link_is_found_by_index(owner, agent):
+    """Few chats have a parent, so SQLite's statistics see ``parent_id`` as one key shared
+    by every chat and would scan them all, each batch, to set a pruned parent's children
+    free. Saying the link is not null lets it seek the index."""
+    for n in range(30):
+        session(owner, agent, f"dm:telegram:kept{n}", days_ago=1)
+    session(owner, agent, "dm:telegram:dead", days_ago=40)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    with CaptureQueriesContext(connection) as captured:
+        assert maintenance_run(now=NOW).pruned == 1
+    [freed] = [q["sql"] for q in captured if q["sql"].startswith('UPDATE "chats_conversation"')]
+    plan = _plan(freed)
+    assert any("INDEX chats_conversation_parent_id" in step for step in plan), plan
+    assert not any(step.startswith("SCAN chats_conversation") for step in plan), plan
+
+
 def test_a_model_that_listens_for_its_deletes_still_hears_each_one(owner, agent):
     """A delete signal wants each row as it goes, which only Django's collector gives."""
     _replied(session(owner, agent, "dm:telegram:dead", days_ago=40), 2)
