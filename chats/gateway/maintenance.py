@@ -153,26 +153,32 @@ def sessions_prune(
         last_pk = rows[-1][0]
         seen += len(rows)
         report.looked_at += len(rows)
-        busy = _busy([row[0] for row in rows])
-        doomed = []
+        idle: dict[int, str | None] = {}  # their keys
         for pk, pinned, status, key in rows:
             if pinned:
                 report.kept_pinned += 1
-            elif status == Status.WORKING or pk in busy:
+            elif status == Status.WORKING:
                 report.kept_working += 1
             else:
-                doomed.append(pk)
-                report.note(f"prune {key}")
+                idle[pk] = key
         if report.dry_run:
-            report.pruned += len(doomed)
-        elif doomed:
-            report.pruned += _delete_sessions(doomed, report.prune_before)
+            busy = _busy(list(idle))
+            pruned = [key for pk, key in idle.items() if pk not in busy]
+        else:  # what is in use is asked under the rows' locks only: asked before, it may change
+            pruned, busy = _delete_sessions(list(idle), report.prune_before)
+        report.kept_working += len(busy)
+        report.pruned += len(pruned)
+        for key in pruned:
+            report.note(f"prune {key}")
         if progress:
             progress(f"pruning: {seen}/{total} looked at, {report.pruned} pruned")
 
 
-def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
-    """Delete these sessions, rechecking each under its row lock. Returns how many went."""
+def _delete_sessions(ids: list[int], before: dt.datetime) -> tuple[list[str | None], set[int]]:
+    """Delete those of these sessions still idle and old once their rows are locked.
+    Returns the keys of those deleted, and the ones kept because in use (:func:`_busy`)."""
+    if not ids:
+        return [], set()
     with transaction.atomic():
         locked = list(
             Conversation.objects.locked()
@@ -203,7 +209,7 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
             events.publish_many(
                 events.CONVERSATION_DELETED, owner_id=owner_id, conversation_ids=public_ids
             )
-    return len(doomed)
+    return [chat.session_key for chat in doomed], busy
 
 
 _HANDLED = (models.CASCADE, models.SET_NULL, models.DO_NOTHING)
