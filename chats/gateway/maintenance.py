@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from django.db import models, transaction
-from django.db.models import Count, signals
+from django.db.models import Count, Q, signals
 from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
@@ -304,17 +304,31 @@ def sessions_compact(
             .filter(n__gt=cap)
             .values_list("conversation_id", "n")
         )
+        chats = Conversation.objects.select_related("agent").in_bulk([pk for pk, _ in over])
         for conversation_id, n in over:
-            session_compact(conversation_id=conversation_id, count=n, report=report)
+            session_compact(
+                conversation_id=conversation_id,
+                count=n,
+                report=report,
+                chat=chats.get(conversation_id),
+            )
         if progress and (over or seen == total):
             progress(f"compacting: {seen}/{total} sessions looked at, {report.compacted} compacted")
 
 
-def session_compact(*, conversation_id: int, count: int, report: MaintenanceReport) -> bool:
+def session_compact(
+    *,
+    conversation_id: int,
+    count: int,
+    report: MaintenanceReport,
+    chat: Conversation | None = None,
+) -> bool:
     """Fold the oldest overflow of one session into a recap. Returns whether it did.
 
     The summary is made with no transaction held (a model may be slow); the
     write then happens under the chat's row lock, and only if nothing moved.
+    ``chat``, with its agent, is what the summary needs, read for a whole batch
+    (:func:`sessions_compact`); without it, it is read here.
     """
     cap = report.max_entries
     keep_recent = cap - 1
@@ -326,7 +340,8 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
         return False
     entries = Entry.objects.filter(conversation_id=conversation_id)
     cut = entries.order_by("seq").values_list("seq", flat=True)[remove - 1]
-    chat = Conversation.objects.select_related("agent").get(pk=conversation_id)
+    if chat is None:
+        chat = Conversation.objects.select_related("agent").get(pk=conversation_id)
     report.note(f"compact {chat.session_key}: {remove} entries into a recap")
     if report.dry_run:
         report.compacted += 1
@@ -352,8 +367,10 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
         # Re-read under the lock: another run (every runner starts one) may have compacted
         # this chat since ``count`` was taken. A stale count would fold the other run's
         # recap and entries the cap keeps, and summarise a recap again.
-        kept = entries.filter(seq__gt=cut).count()
-        folded = entries.filter(seq__lte=cut).count()
+        counted = entries.aggregate(
+            kept=Count("pk", filter=Q(seq__gt=cut)), folded=Count("pk", filter=Q(seq__lte=cut))
+        )
+        kept, folded = counted["kept"], counted["folded"]
         if kept + folded != count or kept > keep_recent or folded != remove:
             report.compaction_deferred += 1  # it moved while we summarized: next time
             return False

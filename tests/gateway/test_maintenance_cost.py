@@ -14,7 +14,12 @@ from django.db.models.signals import pre_delete
 from django.test.utils import CaptureQueriesContext
 
 from chats.gateway import maintenance
-from chats.gateway.maintenance import MaintenanceReport, maintenance_run, records_prune
+from chats.gateway.maintenance import (
+    MaintenanceReport,
+    maintenance_run,
+    records_prune,
+    sessions_compact,
+)
 from chats.gateway.models import InboundRecord, OutboxMessage, OutboxState
 from chats.models import Entry, EntryRole, Step, Turn, TurnState
 from tests.gateway.test_maintenance import NOW, session
@@ -211,3 +216,24 @@ def test_a_pruned_sessions_old_receipts_and_sent_replies_are_deleted_not_first_s
             cursor.execute("DROP TABLE temp.rewritten")
     assert (report.pruned, report.records_pruned) == (1, 2)
     assert not InboundRecord.objects.exists() and not OutboxMessage.objects.exists()
+
+
+def _statements_to_compact(owner, agent, key: str, sessions: int) -> int:
+    for n in range(sessions):
+        session(owner, agent, f"{key}:{n}", entries=510)
+    report = _report()
+    report.max_entries = 500
+    with CaptureQueriesContext(connection) as captured:
+        sessions_compact(report=report)
+    assert report.compacted == sessions
+    return len(captured)
+
+
+def test_each_long_session_of_a_batch_is_compacted_in_ten_statements(owner, agent):
+    """A thousand long sessions each cost their statements: the chats (with their agents)
+    are read once for the batch, and the re-count under the lock is one statement."""
+    one = _statements_to_compact(owner, agent, "dm:telegram:a", sessions=1)
+    three = _statements_to_compact(owner, agent, "dm:telegram:b", sessions=3)
+    # Each: an open reply?, the cut, the words read; then in a savepoint here (a transaction
+    # in a run) the locked row, an open reply?, the one re-count, the delete, the recap.
+    assert (three - one) / 2 == 10
