@@ -13,9 +13,11 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
-from django.db import transaction
-from django.db.models import Count
+from django.db import models, transaction
+from django.db.models import Count, Q, signals
+from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
 from chats import events, hooks
@@ -93,9 +95,11 @@ def maintenance_run(
         prune_before=now - dt.timedelta(days=config.prune_after_days),
         max_entries=config.max_entries,
     )
+    # The old receipts and sent replies first: most are the pruned sessions' own, and
+    # deleting them after the sessions would first set their link to each session null.
+    records_prune(report=report, batch=batch)
     sessions_prune(report=report, batch=batch, progress=progress)
     sessions_compact(report=report, batch=batch, progress=progress)
-    records_prune(report=report, batch=batch)
     if (
         dry
         and config.maintenance_mode == MaintenanceMode.WARN
@@ -149,26 +153,32 @@ def sessions_prune(
         last_pk = rows[-1][0]
         seen += len(rows)
         report.looked_at += len(rows)
-        busy = _busy([row[0] for row in rows])
-        doomed = []
+        idle: dict[int, str | None] = {}  # their keys
         for pk, pinned, status, key in rows:
             if pinned:
                 report.kept_pinned += 1
-            elif status == Status.WORKING or pk in busy:
+            elif status == Status.WORKING:
                 report.kept_working += 1
             else:
-                doomed.append(pk)
-                report.note(f"prune {key}")
+                idle[pk] = key
         if report.dry_run:
-            report.pruned += len(doomed)
-        elif doomed:
-            report.pruned += _delete_sessions(doomed, report.prune_before)
+            busy = _busy(list(idle))
+            pruned = [key for pk, key in idle.items() if pk not in busy]
+        else:  # what is in use is asked under the rows' locks only: asked before, it may change
+            pruned, busy = _delete_sessions(list(idle), report.prune_before)
+        report.kept_working += len(busy)
+        report.pruned += len(pruned)
+        for key in pruned:
+            report.note(f"prune {key}")
         if progress:
             progress(f"pruning: {seen}/{total} looked at, {report.pruned} pruned")
 
 
-def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
-    """Delete these sessions, rechecking each under its row lock. Returns how many went."""
+def _delete_sessions(ids: list[int], before: dt.datetime) -> tuple[list[str | None], set[int]]:
+    """Delete those of these sessions still idle and old once their rows are locked.
+    Returns the keys of those deleted, and the ones kept because in use (:func:`_busy`)."""
+    if not ids:
+        return [], set()
     with transaction.atomic():
         locked = list(
             Conversation.objects.locked()
@@ -185,7 +195,11 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
         if doomed:
             for hook in list(hooks.before_delete_hooks):
                 hook(doomed)
-        Conversation.objects.filter(pk__in=[c.pk for c in doomed]).delete()
+        gone = Conversation.objects.filter(pk__in=[c.pk for c in doomed])
+        if _plain(Conversation):
+            _delete_by_statement(gone)
+        else:  # something must see each row as it goes: Django's collector does that
+            gone.delete()
         # One numbered event per chat, as a single delete sends, but numbered and sent
         # per owner in one go: thousands of pruned chats, one write and one hop each.
         by_owner: dict[int, list[str]] = {}
@@ -195,7 +209,73 @@ def _delete_sessions(ids: list[int], before: dt.datetime) -> int:
             events.publish_many(
                 events.CONVERSATION_DELETED, owner_id=owner_id, conversation_ids=public_ids
             )
-    return len(doomed)
+    return [chat.session_key for chat in doomed], busy
+
+
+_HANDLED = (models.CASCADE, models.SET_NULL, models.DO_NOTHING)
+
+
+def _relations(model: type[models.Model]) -> list[models.ForeignObjectRel]:
+    """What points at ``model``'s rows and must change when they go (all but DO_NOTHING)."""
+    found = (
+        cast(models.ForeignObjectRel, relation)
+        for relation in get_candidate_relations_to_delete(model._meta)
+    )
+    return [relation for relation in found if relation.on_delete is not models.DO_NOTHING]
+
+
+def _plain(model: type[models.Model], _below: frozenset = frozenset()) -> bool:
+    """Whether deleting ``model``'s rows, and all they cascade to, needs nothing but
+    statements: no delete signals to send with each row, no parent table, no generic
+    relation, only CASCADE and SET_NULL (and DO_NOTHING), and no cascade back round."""
+    opts = model._meta
+    if (
+        model in _below
+        or opts.parents
+        or signals.pre_delete.has_listeners(model)
+        or signals.post_delete.has_listeners(model)
+        or any(hasattr(f, "bulk_related_objects") for f in opts.private_fields)
+    ):
+        return False
+    for relation in _relations(model):
+        if relation.on_delete not in _HANDLED:
+            return False
+        if relation.on_delete is models.CASCADE and not _plain(
+            relation.related_model, _below | {model}
+        ):
+            return False
+    return True
+
+
+def _delete_by_statement(rows: models.QuerySet) -> int:
+    """Delete ``rows`` and what hangs on them as Django's collector would (cascade, set
+    null), but with one statement per table over a subquery of their keys. The collector
+    reads every reply of the batch into Python (10,000 for 500 sessions), then deletes
+    them and sets null what points at them a few hundred ids a statement. Only for a
+    :func:`_plain` model, inside ``atomic()``. Returns how many of ``rows`` went.
+
+    What hangs on the rows goes before them, and what has nothing hanging on it first of
+    all (the collector's fast deletes): a chat's transcript goes before its replies, so
+    setting the replies' entries' ``turn`` null finds none left to rewrite (each such
+    update deletes and re-adds the entry in the search index, for an entry about to go).
+    """
+    keys = rows.order_by().values("pk")
+    relations = sorted(_relations(rows.model), key=lambda r: bool(_relations(r.related_model)))
+    for relation in relations:
+        if relation.on_delete is models.CASCADE:
+            _delete_by_statement(_pointing(relation, keys))
+    for relation in relations:
+        if relation.on_delete is models.SET_NULL:
+            # IS NOT NULL says nothing IN doesn't, but SQLite's statistics count a mostly
+            # null column (a chat's parent) as one huge key: without it, a full scan.
+            name = relation.field.name
+            _pointing(relation, keys).filter(**{f"{name}__isnull": False}).update(**{name: None})
+    return rows._raw_delete(rows.db)
+
+
+def _pointing(relation: models.ForeignObjectRel, keys: models.QuerySet) -> models.QuerySet:
+    manager = relation.related_model._base_manager
+    return manager.filter(**{f"{relation.field.name}__in": keys}).order_by()
 
 
 # ---------------------------------------------------------------------------
@@ -224,17 +304,31 @@ def sessions_compact(
             .filter(n__gt=cap)
             .values_list("conversation_id", "n")
         )
+        chats = Conversation.objects.select_related("agent").in_bulk([pk for pk, _ in over])
         for conversation_id, n in over:
-            session_compact(conversation_id=conversation_id, count=n, report=report)
+            session_compact(
+                conversation_id=conversation_id,
+                count=n,
+                report=report,
+                chat=chats.get(conversation_id),
+            )
         if progress and (over or seen == total):
             progress(f"compacting: {seen}/{total} sessions looked at, {report.compacted} compacted")
 
 
-def session_compact(*, conversation_id: int, count: int, report: MaintenanceReport) -> bool:
+def session_compact(
+    *,
+    conversation_id: int,
+    count: int,
+    report: MaintenanceReport,
+    chat: Conversation | None = None,
+) -> bool:
     """Fold the oldest overflow of one session into a recap. Returns whether it did.
 
     The summary is made with no transaction held (a model may be slow); the
     write then happens under the chat's row lock, and only if nothing moved.
+    ``chat``, with its agent, is what the summary needs, read for a whole batch
+    (:func:`sessions_compact`); without it, it is read here.
     """
     cap = report.max_entries
     keep_recent = cap - 1
@@ -246,7 +340,8 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
         return False
     entries = Entry.objects.filter(conversation_id=conversation_id)
     cut = entries.order_by("seq").values_list("seq", flat=True)[remove - 1]
-    chat = Conversation.objects.select_related("agent").get(pk=conversation_id)
+    if chat is None:
+        chat = Conversation.objects.select_related("agent").get(pk=conversation_id)
     report.note(f"compact {chat.session_key}: {remove} entries into a recap")
     if report.dry_run:
         report.compacted += 1
@@ -272,8 +367,10 @@ def session_compact(*, conversation_id: int, count: int, report: MaintenanceRepo
         # Re-read under the lock: another run (every runner starts one) may have compacted
         # this chat since ``count`` was taken. A stale count would fold the other run's
         # recap and entries the cap keeps, and summarise a recap again.
-        kept = entries.filter(seq__gt=cut).count()
-        folded = entries.filter(seq__lte=cut).count()
+        counted = entries.aggregate(
+            kept=Count("pk", filter=Q(seq__gt=cut)), folded=Count("pk", filter=Q(seq__lte=cut))
+        )
+        kept, folded = counted["kept"], counted["folded"]
         if kept + folded != count or kept > keep_recent or folded != remove:
             report.compaction_deferred += 1  # it moved while we summarized: next time
             return False
@@ -308,5 +405,9 @@ def records_prune(*, report: MaintenanceReport, batch: int = BATCH) -> None:
         if report.dry_run:
             report.records_pruned += rows.count()
             continue
+        # Unordered: the outbox's default ordering (created_at, id) made every batch sort
+        # all the sent replies again. Each batch takes whichever old rows its index
+        # (inbound_received, outbox_finished) finds first; the last batch's are gone.
+        rows = rows.order_by()
         while ids := list(rows.values_list("pk", flat=True)[:batch]):
             report.records_pruned += rows.model._default_manager.filter(pk__in=ids).delete()[0]

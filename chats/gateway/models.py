@@ -565,7 +565,13 @@ class OutboxMessage(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
-        indexes = [models.Index(fields=["state", "next_attempt_at"], name="outbox_due")]
+        indexes = [
+            models.Index(fields=["state", "next_attempt_at"], name="outbox_due"),
+            # Maintenance's prune of replies delivered (or failed) before pruneAfter: each
+            # batch seeks the old ones instead of reading every sent reply and sorting them
+            # (tests/gateway/test_maintenance_cost.py).
+            models.Index(fields=["state", "created_at"], name="outbox_finished"),
+        ]
 
     def __str__(self) -> str:
         return f"to {self.channel}:{self.account_id} ({self.state})"

@@ -9,6 +9,11 @@
 
 from __future__ import annotations
 
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from chats.gateway import maintenance
 from chats.gateway.maintenance import MaintenanceReport, maintenance_run, session_compact
 from chats.gateway.selectors import gateway_config
 from chats.models import Conversation, EntryKind, QueuedInput
@@ -41,6 +46,37 @@ def test_a_session_with_the_persons_queued_message_is_never_pruned(owner, agent)
     assert exists(queued)
     assert QueuedInput.objects.filter(conversation=queued).count() == 1
     assert (report.pruned, report.kept_working) == (0, 1)
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_dry_run_counts_a_session_in_use_as_kept_as_the_real_run_does(owner, agent, dry_run):
+    waiting = session(owner, agent, "dm:telegram:waiting", days_ago=40)
+    WaitFactory(waiter=waiting, target_chat__owner=owner, target_chat__agent=agent)
+    session(owner, agent, "dm:telegram:dead", days_ago=40)
+    report = maintenance_run(now=NOW, dry_run=dry_run)
+    assert (report.pruned, report.kept_working) == (1, 1)
+    assert report.actions == ["prune agent:main:dm:telegram:dead"]
+
+
+def test_a_session_that_comes_into_use_after_its_batch_was_read_is_still_kept(
+    owner, agent, monkeypatch
+):
+    """What is in use is asked once a batch, under the rows' locks: the person's message
+    queued between the read and the lock keeps the session."""
+    late = session(owner, agent, "dm:telegram:late", days_ago=40)
+    real = maintenance._delete_sessions
+
+    def message_comes_in_first(ids, before):
+        QueuedInput.objects.create(conversation=late, text="Are you still there?")
+        return real(ids, before)
+
+    monkeypatch.setattr(maintenance, "_delete_sessions", message_comes_in_first)
+    with CaptureQueriesContext(connection) as captured:
+        report = maintenance_run(now=NOW)
+    assert exists(late)
+    assert (report.pruned, report.kept_working) == (0, 1)
+    asked = [q for q in captured if q["sql"].startswith('SELECT "chats_queuedinput"')]
+    assert len(asked) == 1  # once, under the lock; asking before the lock told nothing
 
 
 def _report() -> MaintenanceReport:
