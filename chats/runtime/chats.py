@@ -115,7 +115,7 @@ def conversation_create(
             session_key=session_key,
             **({"public_id": public_id} if public_id else {}),
         )
-        events.publish_chat(conversation, list=True)  # a row no page has yet
+        events.publish_chat(conversation)  # a row no page has yet
     return conversation
 
 
@@ -180,5 +180,5 @@ def conversation_archive(*, conversation: Conversation, archived: bool = True) -
         conversation = Conversation.objects.lock(conversation.pk)
         conversation.archived = archived
         conversation.save(update_fields=["archived", "updated_at"])
-        events.publish_chat(conversation, list=True)  # it leaves the list, or comes back
+        events.publish_chat(conversation)  # it leaves the list, or comes back
     return conversation

@@ -291,6 +291,17 @@ def _own_database_env(home: Path, folder: Path, **more: str) -> dict[str, str]:
     return env
 
 
+def _command_recorded(home: Path) -> bool:
+    import sqlite3
+    from contextlib import closing
+
+    with closing(sqlite3.connect(home / "conch.sqlite3", timeout=5)) as db:
+        row = db.execute(
+            "SELECT process_group, process_mark FROM chats_step WHERE ended_at IS NULL"
+        ).fetchone()
+    return bool(row and row[0] and row[1])
+
+
 @pytest.fixture
 def marker():
     mark = sleep_marker()
@@ -329,6 +340,11 @@ def test_a_worker_killed_during_a_command_leaves_a_reply_that_is_interrupted_not
             _, err = worker.communicate(timeout=30)
             pytest.fail(f"the worker never reached its command:\n{err}")
         left = wait_until(lambda: processes_running(marker), timeout=30, what="the command's sleep")
+        # The command can be running before its step records its group: killed between
+        # the two, the restart would know of no command (this test's premise is one it does).
+        wait_until(
+            lambda: _command_recorded(home), timeout=30, what="the step to record its command"
+        )
         worker.send_signal(signal.SIGKILL)
         worker.communicate(timeout=30)
         assert worker.returncode == -signal.SIGKILL
