@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from channels.layers import BaseChannelLayer
-from django.db import close_old_connections
+from django.db import connections
 
 from chats import events, regions
 
@@ -42,13 +42,28 @@ MAX_RUN = 500
 
 
 def rendered(render: Callable[..., str], kwargs: dict[str, Any]) -> str:
-    """Run on :data:`RENDER_THREAD`: the connection is dropped only if it broke or aged
-    (CONN_MAX_AGE), as Channels' ``database_sync_to_async`` would."""
-    close_old_connections()
+    """Run on :data:`RENDER_THREAD`, whose connection stays open between renders."""
     try:
         return render(**kwargs)
     finally:
-        close_old_connections()
+        _keep_connections()
+
+
+def _keep_connections() -> None:
+    """Keep the render thread's connections, whatever CONN_MAX_AGE says, unless one broke.
+
+    It is one thread a process, so one connection (one PostgreSQL slot, where every
+    other thread closes its own after each use): opening one for every push cost more
+    than the push (a connection and its sign-in on PostgreSQL, the file and its
+    PRAGMAs on SQLite). One that failed is tested, as Django does, and dropped if dead.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or not conn.errors_occurred:
+            continue
+        if conn.is_usable():
+            conn.errors_occurred = False
+        else:
+            conn.close()
 
 
 async def render(render: Callable[..., str], **kwargs: Any) -> str:

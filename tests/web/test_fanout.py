@@ -14,9 +14,7 @@ from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
-from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.db.backends.signals import connection_created
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
@@ -222,32 +220,58 @@ def test_the_rows_sort_key_orders_them_as_the_list_does(owner, agent):
     assert rows[0].pk == chats[3].pk
 
 
-def test_the_render_thread_keeps_its_connection_as_long_as_settings_say():
-    opened: list[str] = []
+@pytest.fixture
+def closes(monkeypatch) -> list[str]:
+    """The threads that close a connection (the test's own SQLite ignores a close)."""
+    from django.db import connections
 
-    def count(sender, connection, **kwargs) -> None:
-        opened.append(threading.current_thread().name)
+    closed: list[str] = []
+    wrapper = type(connections["default"])
+    real_close = wrapper.close
 
-    def query(**_) -> str:
+    def close(self) -> None:
+        closed.append(threading.current_thread().name)
+        real_close(self)
+
+    monkeypatch.setattr(wrapper, "close", close)
+    return closed
+
+
+def test_the_render_thread_keeps_its_connection_even_where_others_close_theirs(closes):
+    """Every other thread closes a PostgreSQL connection after each use (CONN_MAX_AGE 0);
+    the render thread is one a process, and a connection a push cost more than the push."""
+    import time
+
+    from django.db import connections
+
+    def aged(**_) -> str:  # as CONN_MAX_AGE 0 leaves it: due to close after each use
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
+        connections["default"].close_at = time.monotonic()
         return ""
 
-    def on_render_thread() -> None:
-        pushes.RENDER_THREAD.submit(pushes.rendered, query, {}).result()
+    for _ in range(3):
+        pushes.RENDER_THREAD.submit(pushes.rendered, aged, {}).result()
 
-    on_render_thread()
-    connection_created.connect(count)
-    try:
-        on_render_thread()
-        on_render_thread()
-    finally:
-        connection_created.disconnect(count)
+    assert closes == []
+    pushes.RENDER_THREAD.submit(setattr, connections["default"], "close_at", None).result()
 
-    kept = settings.DATABASES["default"]["CONN_MAX_AGE"] != 0
-    assert len(opened) == (0 if kept else 2)
-    if connection.vendor == "sqlite":
-        assert kept  # SQLite reconnected for every push before (issue 17)
+
+def test_the_render_thread_drops_a_connection_that_broke(closes, monkeypatch):
+    from django.db import DatabaseError, connections
+
+    def broken(**_) -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        connections["default"].errors_occurred = True  # as a failed statement leaves it
+        raise DatabaseError("the server went away")
+
+    wrapper = type(connections["default"])
+    monkeypatch.setattr(wrapper, "is_usable", lambda self: False)
+    with pytest.raises(DatabaseError):
+        pushes.RENDER_THREAD.submit(pushes.rendered, broken, {}).result()
+
+    assert closes == ["conch-render_0"]
 
 
 async def test_an_event_reaches_the_process_once_whatever_the_number_of_tabs(cookie, chat, owner):
