@@ -18,6 +18,7 @@ live here too, so a step's stored arguments are scrubbed by the same rules.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import string
@@ -90,6 +91,13 @@ def _fold(ch: str) -> str:
     return unicodedata.normalize("NFKC", ch).casefold()
 
 
+# A character's judgement never changes: each is worked out once (titles and file names
+# are judged at every step, the same few characters again and again). Bounded, so a
+# text of every character in Unicode can't make it grow without end.
+_JUDGED = 1 << 16
+
+
+@functools.lru_cache(maxsize=_JUDGED)
 def _skeleton(ch: str) -> str:
     """What the character looks like, as plain Latin where Unicode's confusables say so.
 
@@ -120,6 +128,7 @@ def _invisible(ch: str) -> bool:
     return unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
 
 
+@functools.lru_cache(maxsize=_JUDGED)
 def _is_bracket(ch: str) -> bool:
     """A bracket or a quote of any kind: by Unicode category (Ps, Pe, Pi, Pf), or by what it folds
     to or looks like. Parentheses and the apostrophe are kept (:data:`_KEPT`): they can't close
