@@ -15,8 +15,10 @@ its own event types once it has added them (:func:`event_type_add`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,19 +101,19 @@ def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
-    """Send these to the group in order, in one hop to the event loop (not one each)."""
+    """Send these to the group in order, in one hop to the event loop (not one each).
+
+    From a thread other than the server loop's (a request's, a runner's), the sends are
+    handed to the loop and the thread goes on: it used to wait for the loop to send them,
+    a loop busy with the very requests queued behind that thread. The loop sends what it
+    is handed in the order it was handed, one batch after another; only when it is
+    :data:`HANDED_MAX` batches behind does a thread wait, as before, for its own.
+    """
     from channels.layers import get_channel_layer
 
     layer = get_channel_layer()
     if layer is None:
         return
-
-    async def send_all() -> None:
-        for n, message in enumerate(messages):
-            if n:
-                await asyncio.sleep(0)  # let the pages' consumers take each one in turn
-            await layer.group_send(group, message)
-
     loop = _server_loop
     if loop is not None and loop.is_running() and not loop.is_closed():
         try:
@@ -119,10 +121,66 @@ def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
         except RuntimeError:
             running = None
         if running is not loop:
-            timeout = 10 + len(messages) / 1_000
-            asyncio.run_coroutine_threadsafe(send_all(), loop).result(timeout=timeout)
+            with _handed_lock:
+                behind = _handed_count[0]
+                _handed_count[0] += 1
+            sent: concurrent.futures.Future[None] | None = None
+            if behind >= HANDED_MAX:
+                sent = concurrent.futures.Future()
+            loop.call_soon_threadsafe(_hand, layer, group, messages, sent)
+            if sent is not None:
+                sent.result(timeout=10 + len(messages) / 1_000)
             return
-    async_to_sync(send_all)()
+    async_to_sync(_send_all)(layer, group, messages)
+
+
+# How many batches threads may hand the loop before a thread waits for its own.
+HANDED_MAX = 1_000
+# Handed and not yet sent, counted by the threads as they hand them: a hint (a batch
+# handed to a loop that closed before taking it stays counted).
+_handed_count = [0]
+_handed_lock = threading.Lock()
+# Those the loop has taken, oldest first; read and changed on the loop only.
+_handed: deque[tuple[Any, str, list[dict[str, Any]], concurrent.futures.Future[None] | None]] = (
+    deque()
+)
+_sender: asyncio.Task[None] | None = None  # the task sending them, while there are any
+
+
+def _hand(layer, group: str, messages: list[dict[str, Any]], sent) -> None:
+    """On the loop: queue a batch, and start the sender if it isn't running."""
+    global _sender
+    _handed.append((layer, group, messages, sent))
+    loop = asyncio.get_running_loop()
+    # A sender of a loop that was closed before it ran (a test's) never will: start anew.
+    if _sender is None or _sender.done() or _sender.get_loop() is not loop:
+        _sender = loop.create_task(_send_handed())
+
+
+async def _send_handed() -> None:
+    global _sender
+    this = asyncio.current_task()
+    try:
+        while _handed:
+            layer, group, messages, sent = _handed.popleft()
+            try:
+                await _send_all(layer, group, messages)
+            except Exception:  # at most once: a page that misses it sees the gap and refetches
+                log.warning("could not send %s to the channel layer", group, exc_info=True)
+            with _handed_lock:
+                _handed_count[0] -= 1
+            if sent is not None:
+                sent.set_result(None)
+    finally:
+        if _sender is this:
+            _sender = None
+
+
+async def _send_all(layer, group: str, messages: list[dict[str, Any]]) -> None:
+    for n, message in enumerate(messages):
+        if n:
+            await asyncio.sleep(0)  # let the pages' consumers take each one in turn
+        await layer.group_send(group, message)
 
 
 def group_notify(group: str, message: dict[str, Any]) -> None:

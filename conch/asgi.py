@@ -7,10 +7,15 @@ described in chats/routing.py; the body cap in conch/bodylimit.py.
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conch.settings")
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)  # what get_asgi_application() does, before its handler
+
+from conch.handler import KeptThreadsASGIHandler  # noqa: E402
+
+# Django's handler, with each request's sync work on a thread kept between requests.
+django_asgi_app = KeptThreadsASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

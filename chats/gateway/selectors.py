@@ -3,9 +3,13 @@ and a persona's own auth profiles."""
 
 from __future__ import annotations
 
-from django.db.models import Exists, Q, QuerySet, Subquery
+import functools
+from typing import Any
 
-from chats.gateway.models import ChatType, GatewayConfig, OwnerIdentity
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from chats.gateway.models import ChatType, GatewayConfig, OwnerIdentity, SessionOrigin
 from chats.models import Agent, AuthProfile, Conversation
 
 ERR_NOT_THIS_PERSONAS = "That auth profile isn't this persona's."
@@ -14,11 +18,6 @@ ERR_NOT_THIS_PERSONAS = "That auth profile isn't this persona's."
 def gateway_config() -> GatewayConfig:
     config, _ = GatewayConfig.objects.get_or_create(pk=1)
     return config
-
-
-def stored_routing_version() -> Subquery:
-    """The stored routing version, as a subquery a caller adds to a query it makes anyway."""
-    return Subquery(GatewayConfig.objects.filter(pk=1).values("routing_version")[:1])
 
 
 def session_active(*, agent_id: int, session_key: str, owner=None) -> Conversation | None:
@@ -30,47 +29,104 @@ def session_active(*, agent_id: int, session_key: str, owner=None) -> Conversati
     return chats.select_related("agent").first()
 
 
-def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound):
-    """What a message to a session reads, in one query: its live generation (with its
-    agent and its origin), the stored routing version (so a binding changed in another
-    process is seen, with no query of its own) and, for a DM, whether the sender is the
-    owner. None when the session has no live generation."""
-    chats = Conversation.objects.filter(
-        agent_id=agent_id, session_key=session_key, archived=False, owner=owner
-    ).annotate(routing_version_stored=stored_routing_version())
-    if inbound.chat_type == ChatType.DM:
-        chats = chats.annotate(
-            from_owner=Exists(
-                _owner_peers(
-                    owner=owner,
-                    channel=inbound.channel,
-                    account_id=inbound.account_id,
-                    peer=inbound.peer,
-                )
-            )
+def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound) -> Conversation | None:
+    """The live generation of a session, its row locked, as a message to it reads it: the
+    chat (what taking a message in and sending it read, no more), its origin, the stored
+    routing version (so a binding changed in another process is seen, with no query of its
+    own) and, for a DM, whether the sender is the owner (``from_owner``). None when the
+    session has no live generation. Call inside ``atomic()``: the lock is held until it ends.
+
+    Locked here, not later, so the message lands in the chat it read (a reset that archived
+    it meanwhile makes it not found, on PostgreSQL too) and the chat's lock is taken before
+    its origin's row, in the order every other writer takes them.
+
+    One statement written out: the ORM took ~20 times longer to build and compile this
+    query (an annotation, an Exists, a join, deferred fields) than the database to run it.
+    tests/gateway/test_session_lookup.py holds it to the rules the ORM wrote.
+    """
+    dm = inbound.chat_type == ChatType.DM
+    params: list[Any] = []
+    if dm:
+        params += [owner.pk, inbound.channel, inbound.account_id, inbound.peer]
+    params += [agent_id, session_key, owner.pk]
+    sql = _session_sql(vendor=connection.vendor, dm=dm)
+    found = next(iter(Conversation.objects.raw(sql, params)), None)
+    if found is None:
+        return None
+    read = vars(found)  # the columns that are no field of the chat's, as raw() sets them
+    read["from_owner"] = bool(read["from_owner"]) if dm else None
+    if read["gateway_id"] is not None:
+        # The JSON decoded as the ORM reads it (with no expression: it is a plain column).
+        reply_to = SessionOrigin._meta.get_field("reply_to")
+        text = read["gateway_reply_to"]
+        decoded = reply_to.from_db_value(text, None, connection)  # type: ignore[arg-type]
+        found.gateway = SessionOrigin.from_db(
+            connection.alias,
+            ["conversation_id", "channel", "account_id", "reply_to", "rule"],
+            [
+                read["gateway_id"],
+                read["gateway_channel"],
+                read["gateway_account_id"],
+                decoded,
+                read["gateway_rule"],
+            ],
         )
-    # Only what taking a message in reads (anything else loads if asked, and the query
-    # count test would see it): compiling the chat's, its agent's and its origin's every
-    # column cost more than running the query. A live generation is unique: no order.
-    found = chats.select_related("gateway").only(*INBOUND_READS).order_by()[:1]
-    return next(iter(found), None)
+    return found
 
 
-# The chat's fields and its origin's that a message to a live session reads.
+# The chat's fields a message to a live session reads (any other loads if asked, and the
+# query count tests would see it).
 INBOUND_READS = (
+    "id",
     "public_id",
     "owner_id",
     "agent_id",
     "status",
     "taint",
     "mode",
-    "last_interaction_at",
     "session_key",
-    "gateway__reply_to",
-    "gateway__channel",
-    "gateway__account_id",
-    "gateway__rule",
+    "last_interaction_at",
+    "untitled",
+    "origin",
+    "folder",
+    "place",
 )
+
+
+@functools.cache
+def _session_sql(*, vendor: str, dm: bool) -> str:
+    """The statement :func:`session_for_inbound` runs, made once per database and shape."""
+    qn = connection.ops.quote_name
+    chat = qn(Conversation._meta.db_table)
+    origin = qn(SessionOrigin._meta.db_table)
+    config = qn(GatewayConfig._meta.db_table)
+    owners = qn(OwnerIdentity._meta.db_table)
+    columns = [f"{chat}.{qn(name)}" for name in INBOUND_READS]
+    columns.append(f"(SELECT {qn('routing_version')} FROM {config} WHERE {qn('id')} = 1)")
+    columns[-1] += f" AS {qn('routing_version_stored')}"
+    if dm:
+        # As _owner_peers asks it: the owner's identity on this channel (any case, as
+        # iexact), for this account or for any.
+        columns.append(
+            f"EXISTS(SELECT 1 FROM {owners} WHERE {owners}.{qn('owner_id')} = %s"
+            f" AND UPPER({owners}.{qn('channel')}) = UPPER(%s)"
+            f" AND ({owners}.{qn('account_id')} = '' OR {owners}.{qn('account_id')} = %s)"
+            f" AND {owners}.{qn('peer')} = %s) AS {qn('from_owner')}"
+        )
+    for name in ("conversation_id", "channel", "account_id", "reply_to", "rule"):
+        alias = "gateway_id" if name == "conversation_id" else f"gateway_{name}"
+        columns.append(f"{origin}.{qn(name)} AS {qn(alias)}")
+    sql = (
+        f"SELECT {', '.join(columns)} FROM {chat}"
+        f" LEFT OUTER JOIN {origin} ON {origin}.{qn('conversation_id')} = {chat}.{qn('id')}"
+        f" WHERE {chat}.{qn('agent_id')} = %s AND {chat}.{qn('session_key')} = %s"
+        f" AND NOT {chat}.{qn('archived')} AND {chat}.{qn('owner_id')} = %s LIMIT 1"
+    )
+    if connection.features.has_select_for_update:
+        # of: the chat's row only (the origin is the nullable side of the join), and no_key,
+        # as Conversation.objects.locked() takes it.
+        sql += " " + connection.ops.for_update_sql(of=(chat,), no_key=True)
+    return sql
 
 
 def session_key_taken(*, session_key: str, owner) -> bool:

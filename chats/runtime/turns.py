@@ -109,22 +109,35 @@ def message_send(
     ``said_by`` (``{"name": "alice", "app": "telegram"}``) is who wrote it on a chat
     app, kept on its entry for the page; the owner's own messages have none.
     """
-    text = (text or "").strip()
-    if not text:
+    if not (text or "").strip():
         raise ConchError(ERR_EMPTY_MESSAGE)
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation.pk)
-        conversation_title_from_first_message(conversation=conversation, text=text)
-        if conversation.turns.filter(ended_at__isnull=True).exists():
-            queued = QueuedInput.objects.create(conversation=conversation, text=text)
-            events.publish_chat(conversation, queued=True)
-            return queued
-        # Messages still queued (their reply was stopped) go first, so none is lost.
-        earlier = queued_inputs_take(conversation=conversation)
-        text = "\n\n".join([*earlier, text])
-        # Words that waited may be someone else's: the page names a sender only when one wrote it all.
-        data = {"said_by": said_by} if said_by and not earlier else None
-        return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text, data=data)
+        return message_send_locked(conversation=conversation, text=text, said_by=said_by)
+
+
+def message_send_locked(
+    *, conversation: Conversation, text: str, said_by: dict[str, str] | None = None
+) -> Turn | QueuedInput:
+    """:func:`message_send`, for a caller that holds the chat's row lock already.
+
+    Precondition: inside ``atomic()`` holding the chat's row lock, ``conversation`` read
+    under it (the gateway's session lookup takes it, with the one query it makes anyway).
+    """
+    text = (text or "").strip()
+    if not text:
+        raise ConchError(ERR_EMPTY_MESSAGE)
+    conversation_title_from_first_message(conversation=conversation, text=text)
+    if conversation.turns.filter(ended_at__isnull=True).exists():
+        queued = QueuedInput.objects.create(conversation=conversation, text=text)
+        events.publish_chat(conversation, queued=True)
+        return queued
+    # Messages still queued (their reply was stopped) go first, so none is lost.
+    earlier = queued_inputs_take(conversation=conversation)
+    text = "\n\n".join([*earlier, text])
+    # Words that waited may be someone else's: the page names a sender only when one wrote it all.
+    data = {"said_by": said_by} if said_by and not earlier else None
+    return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text, data=data)
 
 
 def turn_start(

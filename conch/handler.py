@@ -1,0 +1,49 @@
+"""Django's ASGI handler, with each request's sync work on a thread kept between requests.
+
+Django gives every request a thread-sensitive context of its own, and asgiref a new
+thread for each one: a thread started and joined for every request, and with it a new
+database connection, since connections are per thread (SQLite reads the whole schema
+again at a connection's first statement: about 1 ms here, on every request that reads
+anything). Here a request borrows a kept single-thread executor for its sync parts (its
+middleware, a sync view, its response's close) and gives it back when it is answered:
+one request at a time on a thread, as a WSGI server's threads serve requests, so a
+request's transaction and connection stay on one thread as Django needs. The connection
+lives as CONN_MAX_AGE says (``close_old_connections`` runs at each request's start and
+end, on that thread, as ever): kept on SQLite, closed after each request on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from asgiref.sync import ThreadSensitiveContext
+from django.core.handlers.asgi import ASGIHandler
+
+# Threads kept idle for the next requests; more requests at once than this get a thread
+# of their own for the request, as Django gives each (started, then joined after).
+KEPT_THREADS = 32
+
+
+class KeptThreadsASGIHandler(ASGIHandler):
+    def __init__(self, *, kept: int = KEPT_THREADS) -> None:
+        super().__init__()
+        self.kept = kept
+        self._idle: list[ThreadPoolExecutor] = []
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":  # as Django's own refuses it
+            raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        # Only the event loop's thread takes and gives back: no lock needed.
+        thread = self._idle.pop() if self._idle else self._thread()
+        try:
+            async with ThreadSensitiveContext(executor=thread):
+                await self.handle(scope, receive, send)
+        finally:
+            if len(self._idle) < self.kept:
+                self._idle.append(thread)
+            else:
+                thread.shutdown(wait=False)
+
+    @staticmethod
+    def _thread() -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-request")

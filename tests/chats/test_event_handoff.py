@@ -1,0 +1,99 @@
+"""A thread that publishes hands its events to the server's loop and goes on: it never
+waits for the loop to send them, the loop sends them in the order they were handed, and
+only a loop far behind makes a thread wait for its own (chats/events.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from chats import events
+
+WAIT = 10  # seconds: a test that fails fails at this, never hangs
+
+
+class SlowLayer:
+    """A channel layer whose every send yields to the loop, as Redis's does."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int]] = []
+        self.all_sent = threading.Event()
+        self.expected = 0
+
+    async def group_send(self, group: str, message: dict) -> None:
+        await asyncio.sleep(0)
+        self.sent.append((group, message["n"]))
+        if len(self.sent) == self.expected:
+            self.all_sent.set()
+
+
+@pytest.fixture
+def layer(monkeypatch):
+    made = SlowLayer()
+    monkeypatch.setattr("channels.layers.get_channel_layer", lambda: made)
+    return made
+
+
+@pytest.fixture
+def server_loop(monkeypatch):
+    """The server's event loop, on a thread of its own, bound as ``conch serve`` binds it."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    monkeypatch.setattr(events, "_server_loop", loop)
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(WAIT)
+    loop.close()
+
+
+def busy(loop) -> threading.Event:
+    """Hold the loop (it is serving something else) until the returned event is set."""
+    free = threading.Event()
+    loop.call_soon_threadsafe(free.wait, WAIT)
+    return free
+
+
+def test_a_thread_goes_on_while_the_loop_is_busy_and_its_events_follow(layer, server_loop):
+    free = busy(server_loop)
+    layer.expected = 3
+    events._group_send_many("owner.1", [{"n": 1}, {"n": 2}])  # returns: the loop is held
+    events._group_send_many("owner.1", [{"n": 3}])
+    assert layer.sent == []
+    free.set()
+    assert layer.all_sent.wait(WAIT)
+    assert layer.sent == [("owner.1", 1), ("owner.1", 2), ("owner.1", 3)]
+
+
+def test_batches_from_several_threads_go_out_whole_and_in_the_order_handed(layer, server_loop):
+    free = busy(server_loop)
+    layer.expected = 6
+    for batch in ([1, 2], [3, 4], [5, 6]):
+        thread = threading.Thread(
+            target=events._group_send_many, args=("owner.1", [{"n": n} for n in batch])
+        )
+        thread.start()
+        thread.join(WAIT)
+    free.set()
+    assert layer.all_sent.wait(WAIT)
+    assert [n for _, n in layer.sent] == [1, 2, 3, 4, 5, 6]  # never interleaved
+
+
+def test_a_loop_far_behind_makes_the_thread_wait_for_its_own(layer, server_loop, monkeypatch):
+    monkeypatch.setattr(events, "HANDED_MAX", 1)
+    free = busy(server_loop)
+    layer.expected = 2
+    events._group_send_many("owner.1", [{"n": 1}])
+    # One batch waits already: the next thread waits for its own to be sent.
+    done = threading.Event()
+    thread = threading.Thread(
+        target=lambda: (events._group_send_many("owner.1", [{"n": 2}]), done.set())
+    )
+    thread.start()
+    assert not done.wait(0.2)
+    free.set()
+    assert done.wait(WAIT)
+    thread.join(WAIT)
+    assert [n for _, n in layer.sent] == [1, 2]

@@ -1,0 +1,62 @@
+"""Each request's sync work runs on a thread kept between requests (conch/handler.py): one
+request at a time on a thread, its database connection kept as CONN_MAX_AGE says."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+from channels.testing import HttpCommunicator
+
+from conch.handler import KeptThreadsASGIHandler
+from tests.conch import kept_threads_urls
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+HEADERS = [(b"host", b"127.0.0.1")]
+
+
+@pytest.fixture(autouse=True)
+def urls(settings):
+    settings.ROOT_URLCONF = "tests.conch.kept_threads_urls"
+    kept_threads_urls.held.clear()
+    kept_threads_urls.release.clear()
+    yield
+    kept_threads_urls.release.set()  # never leave a request held
+
+
+async def get(handler, path: str) -> dict:
+    communicator = HttpCommunicator(handler, "GET", path, headers=HEADERS)
+    response = await communicator.get_response(timeout=10)
+    assert response["status"] == 200, response
+    return json.loads(response["body"])
+
+
+async def test_the_next_request_runs_on_the_same_thread_with_the_same_connection():
+    handler = KeptThreadsASGIHandler()
+    first = await get(handler, "/where/")
+    second = await get(handler, "/where/")
+    assert first["thread"] != threading.get_ident()  # never on the event loop's thread
+    assert second == first  # the thread kept, and its SQLite connection with it
+
+
+async def test_requests_at_once_never_share_a_thread():
+    handler = KeptThreadsASGIHandler()
+    held = asyncio.ensure_future(get(handler, "/hold/"))
+    assert await asyncio.to_thread(kept_threads_urls.held.wait, 10)
+    meanwhile = await asyncio.wait_for(get(handler, "/where/"), 10)  # not behind the held one
+    kept_threads_urls.release.set()
+    assert (await held)["thread"] != meanwhile["thread"]
+    assert len(handler._idle) == 2  # both kept for the next requests
+
+
+async def test_past_the_kept_threads_a_request_gets_a_thread_of_its_own():
+    handler = KeptThreadsASGIHandler(kept=1)
+    held = asyncio.ensure_future(get(handler, "/hold/"))
+    assert await asyncio.to_thread(kept_threads_urls.held.wait, 10)
+    await get(handler, "/where/")
+    kept_threads_urls.release.set()
+    await held
+    assert len(handler._idle) == 1
