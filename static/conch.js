@@ -136,14 +136,23 @@
 
   // An answer to a request, or a refetch, is marked with the number read before its
   // regions (data-kind="answer"): every event up to it is in them. One older than a
-  // push the page has shown put older regions over newer ones: fetch them again.
+  // push the page has shown put older regions over newer ones: fetch them again. Once:
+  // a refetch older still means the page's number is ahead of the server's (its store
+  // was put back), and the server's number is taken, rather than fetching for ever.
   var ANSWER_MARK = /<span id="conch-seq" data-seq="(\d+)" data-kind="answer"/;
+  var olderAnswers = 0;
 
   function answered(text) {
     var match = ANSWER_MARK.exec(text || '');
     if (!match) { return; }
     var seq = parseInt(match[1], 10);
-    if (seq < lastSeq) { refetch(); } else { lastSeq = seq; }
+    if (seq < lastSeq && olderAnswers < 1) {
+      olderAnswers += 1;
+      refetch();
+      return;
+    }
+    olderAnswers = 0;
+    lastSeq = seq;
   }
 
   body.addEventListener('htmx:afterRequest', function (evt) {

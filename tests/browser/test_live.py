@@ -105,6 +105,16 @@ def test_a_lost_event_is_noticed_by_the_gap_in_the_numbers(
     expect(watching.page.locator("body")).to_have_attribute("data-refetches", "1")
 
 
+def _pushed(page, first: int, last: int) -> None:
+    """A push of the events ``first`` to ``last``, as the ws extension hands one over."""
+    page.evaluate(
+        """([first, last]) => htmx.trigger(document.getElementById('shell'),
+            'htmx:wsBeforeMessage', {message: '<span id="conch-seq" data-seq="' + last +
+            '" data-kind="event" data-first="' + first + '" hidden></span>'})""",
+        [first, last],
+    )
+
+
 def test_a_push_carrying_a_run_of_events_is_no_gap_but_a_run_past_one_is(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
@@ -117,18 +127,36 @@ def test_a_push_carrying_a_run_of_events_is_no_gap_but_a_run_past_one_is(
     open_chat(tab, conch_server, chat)
     expect(body).to_have_attribute("data-socket-opens", "1")
     seq = int(page.locator("#shell").get_attribute("data-seq"))
+    for n in range(7):  # numbered here; their pushes, below, are the test's own
+        conversation_rename(conversation=chat, title=f"Renamed {n + 1} times")
 
-    def pushed(first: int, last: int) -> None:  # as the ws extension hands a push over
-        page.evaluate(
-            """([first, last]) => htmx.trigger(document.getElementById('shell'),
-                'htmx:wsBeforeMessage', {message: '<span id="conch-seq" data-seq="' + last +
-                '" data-kind="event" data-first="' + first + '" hidden></span>'})""",
-            [first, last],
-        )
-
-    pushed(seq + 1, seq + 3)
-    pushed(seq + 4, seq + 4)
+    _pushed(page, seq + 1, seq + 3)
+    _pushed(page, seq + 4, seq + 4)
     expect(body).not_to_have_attribute("data-refetches", re.compile(r".*"))
 
-    pushed(seq + 6, seq + 7)  # seq + 5 never came
+    _pushed(page, seq + 6, seq + 7)  # seq + 5 never came
     expect(body).to_have_attribute("data-refetches", "1")
+    expect(page.locator("#chat-heading")).to_have_text("Renamed 7 times")
+
+
+def test_a_page_whose_number_is_ahead_of_the_servers_settles_on_the_servers(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """A store put back from a copy numbers its events from an older number than the
+    page last saw: a refetch older than the page again is taken as the truth, once."""
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
+    page = tab.page
+    body = page.locator("body")
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    expect(body).to_have_attribute("data-socket-opens", "1")
+    seq = int(page.locator("#shell").get_attribute("data-seq"))
+
+    _pushed(page, seq + 50, seq + 50)  # far past anything the server numbered
+    expect(body).to_have_attribute("data-refetches", "2")
+    page.wait_for_load_state("networkidle")
+    assert body.get_attribute("data-refetches") == "2"  # and no more
+
+    conversation_rename(conversation=chat, title="Renamed after")  # pushed by the test:
+    _pushed(page, seq + 1, seq + 1)  # the server's next number, no gap from its own
+    expect(body).to_have_attribute("data-refetches", "2")
