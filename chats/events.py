@@ -3,8 +3,8 @@
 Services call :func:`publish` inside their transaction. The event goes out only
 after the transaction commits (``transaction.on_commit``), numbered then with the
 owner's next sequence number, the whole transaction's events in one statement: to
-the owner's Channels group, where the
-consumer renders the same partials the views render, and to in-process
+the owner's Channels group, where each server process's listener renders the same
+partials the views render for all its tabs (chats/pushes.py), and to in-process
 subscribers such as the runner and the waits.
 
 Channel layers deliver at most once, so an event is a hint. A page that sees
