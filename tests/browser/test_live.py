@@ -115,18 +115,22 @@ def _pushed(page, first: int, last: int) -> None:
     )
 
 
+def _open_at_its_number(tab, sign_in, server, chat) -> int:
+    """The chat's page, its socket open; the number the page was rendered at."""
+    sign_in(tab)
+    open_chat(tab, server, chat)
+    expect(tab.page.locator("body")).to_have_attribute("data-socket-opens", "1")
+    return int(tab.page.locator("#shell").get_attribute("data-seq"))
+
+
 def test_a_push_carrying_a_run_of_events_is_no_gap_but_a_run_past_one_is(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
     """A push may carry every event the server heard while it rendered the last one
     (data-first to data-seq): the page takes it as those numbers, in a row."""
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
-    page = tab.page
-    body = page.locator("body")
-    sign_in(tab)
-    open_chat(tab, conch_server, chat)
-    expect(body).to_have_attribute("data-socket-opens", "1")
-    seq = int(page.locator("#shell").get_attribute("data-seq"))
+    page, body = tab.page, tab.page.locator("body")
+    seq = _open_at_its_number(tab, sign_in, conch_server, chat)
     for n in range(7):  # numbered here; their pushes, below, are the test's own
         conversation_rename(conversation=chat, title=f"Renamed {n + 1} times")
 
@@ -145,12 +149,8 @@ def test_a_page_whose_number_is_ahead_of_the_servers_settles_on_the_servers(
     """A store put back from a copy numbers its events from an older number than the
     page last saw: a refetch older than the page again is taken as the truth, once."""
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
-    page = tab.page
-    body = page.locator("body")
-    sign_in(tab)
-    open_chat(tab, conch_server, chat)
-    expect(body).to_have_attribute("data-socket-opens", "1")
-    seq = int(page.locator("#shell").get_attribute("data-seq"))
+    page, body = tab.page, tab.page.locator("body")
+    seq = _open_at_its_number(tab, sign_in, conch_server, chat)
 
     _pushed(page, seq + 50, seq + 50)  # far past anything the server numbered
     expect(body).to_have_attribute("data-refetches", "2")
