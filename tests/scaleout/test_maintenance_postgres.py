@@ -15,10 +15,12 @@ foreign key at commit, and each plan is read here.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
-from tests.scaleout.processes import MANAGE, REPO, manage_ok, wait_until
+from tests.commands import wait_for_fifo
+from tests.scaleout.processes import MANAGE, REPO, manage_ok
 
 SEED = """
 import json
@@ -40,13 +42,13 @@ print(json.dumps({"pk": chat.pk}))
 
 # The second run: counted, then held until the first run is done.
 HELD = """
-import pathlib, time
 from chats.gateway import maintenance
 real = maintenance.session_compact
 def held(**kwargs):
-    pathlib.Path({counted!r}).write_text("counted")
-    while not pathlib.Path({first_done!r}).exists():
-        time.sleep(0.05)
+    with open({counted!r}, "w") as said:  # the test reads it
+        said.write("counted\\n")
+    with open({first_done!r}) as done:  # until the first run has written its end
+        done.read()
     return real(**kwargs)
 maintenance.session_compact = held
 report = maintenance.maintenance_run()
@@ -54,11 +56,11 @@ print("compacted", report.compacted, "deferred", report.compaction_deferred)
 """
 
 FIRST = """
-import pathlib
 from chats.gateway.maintenance import maintenance_run
 report = maintenance_run()
 print("compacted", report.compacted, "deferred", report.compaction_deferred)
-pathlib.Path({first_done!r}).write_text("done")
+with open({first_done!r}, "w") as done:  # the held run is waiting to read it
+    done.write("done\\n")
 """
 
 AFTER = """
@@ -87,13 +89,23 @@ def test_two_maintenance_runs_at_once_compact_a_session_once(scaleout, tmp_path)
     manage_ok("migrate", "--noinput", "-v0", env=env, timeout=120)
     seeded = manage_ok("shell", "-c", SEED, env=env, timeout=120)
     pk = json.loads(seeded.stdout.strip().splitlines()[-1])["pk"]
-    counted, first_done = tmp_path / "counted", tmp_path / "first_done"
+    counted, first_done = tmp_path / "counted.fifo", tmp_path / "first_done.fifo"
+    os.mkfifo(counted)
+    os.mkfifo(first_done)
 
-    second = _shell(HELD.format(counted=str(counted), first_done=str(first_done)), env)
-    wait_until(counted.exists, timeout=120, what="the second run to count the entries")
-    first = _shell(FIRST.format(first_done=str(first_done)), env)
-    out_first, err_first = first.communicate(timeout=120)
-    out_second, err_second = second.communicate(timeout=120)
+    runs = [_shell(HELD.format(counted=str(counted), first_done=str(first_done)), env)]
+    try:
+        said = wait_for_fifo(counted, timeout=120)
+        assert said == "counted", "the second run never counted the entries"
+        runs.insert(0, _shell(FIRST.format(first_done=str(first_done)), env))
+        first, second = runs
+        out_first, err_first = first.communicate(timeout=120)
+        out_second, err_second = second.communicate(timeout=120)
+    finally:  # a run left waiting on its FIFO ends with the test
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.communicate(timeout=30)
     assert first.returncode == 0, err_first
     assert second.returncode == 0, err_second
     assert out_first.strip().splitlines()[-1] == "compacted 1 deferred 0"

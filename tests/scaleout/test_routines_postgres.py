@@ -2,7 +2,8 @@
 
 Each runner is a child ``manage.py shell`` of its own, with its own connection,
 as two ``conch serve`` processes would be. Both read the due routine before
-either claims it (they meet at a barrier of files first), which is the moment
+either claims it (each says so down a FIFO, then waits on one the test holds until
+both have), which is the moment
 the claim exists for: from there, each tries to insert the (routine, due time)
 row. PostgreSQL's unique index makes the second insert wait for the first
 commit and then fail, so one runner starts the run and the other leaves it.
@@ -11,11 +12,13 @@ commit and then fail, so one runner starts the run and the other leaves it.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.commands import wait_for_fifo
 from tests.scaleout.processes import MANAGE, REPO, manage_ok
 
 pytestmark = pytest.mark.scaleout
@@ -35,19 +38,17 @@ routine_create(
 """
 
 RACE = r"""
-import datetime as dt, json, os, pathlib, time
+import datetime as dt, json, os
 from django.db import connection
 from chats.gateway.models import Routine
 from chats.gateway.routines import FireReport, routine_fire_due
 
-me, barrier = os.environ["RACER"], pathlib.Path(os.environ["BARRIER"])
 now = dt.datetime(2025, 5, 1, 11, 0, 5, tzinfo=dt.UTC)
 routine = Routine.objects.select_related("agent", "owner").get(next_due_at__lte=now)
-(barrier / me).touch()
-deadline = time.monotonic() + 60
-while len(list(barrier.iterdir())) < 2:  # both have read the due routine
-    assert time.monotonic() < deadline, "the other runner never came"
-    time.sleep(0.01)
+with open(os.environ["READ_FIFO"], "w") as said:  # it has read the due routine
+    said.write("read\n")
+with open(os.environ["GO_FIFO"]) as go:  # until the other runner has too
+    go.read()
 report = FireReport()
 routine_fire_due(routine=routine, now=now, report=report)
 print("RESULT " + json.dumps({
@@ -78,26 +79,40 @@ def _result(stdout: str) -> dict:
 def test_two_runners_racing_for_one_due_time_start_exactly_one_run(scaleout, tmp_path):
     manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
     manage_ok("shell", "-c", SETUP, env=scaleout.env, timeout=60)
-    barrier = tmp_path / "barrier"
-    barrier.mkdir()
+    fifos = {}
+    for name in ("runner-a", "runner-b"):
+        fifos[name] = (tmp_path / f"{name}-read.fifo", tmp_path / f"{name}-go.fifo")
+        for fifo in fifos[name]:
+            os.mkfifo(fifo)
 
     racers = [
         subprocess.Popen(
             [sys.executable, str(MANAGE), "shell", "-c", RACE],
             cwd=REPO,
-            env=scaleout.env | {"RACER": name, "BARRIER": str(barrier)},
+            env=scaleout.env | {"READ_FIFO": str(read), "GO_FIFO": str(go)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             text=True,
         )
-        for name in ("runner-a", "runner-b")
+        for read, go in fifos.values()
     ]
-    said = []
-    for racer in racers:
-        out, err = racer.communicate(timeout=120)
-        assert racer.returncode == 0, f"{out}\n{err}"
-        said.append(_result(out))
+    try:
+        for name, (read, _) in fifos.items():  # both have read the due routine
+            assert wait_for_fifo(read, timeout=120) == "read", f"{name} never read it"
+        for _, go in fifos.values():
+            with open(go, "w") as fifo:
+                fifo.write("go\n")
+        said = []
+        for racer in racers:
+            out, err = racer.communicate(timeout=120)
+            assert racer.returncode == 0, f"{out}\n{err}"
+            said.append(_result(out))
+    finally:
+        for racer in racers:
+            if racer.poll() is None:
+                racer.kill()
+                racer.communicate(timeout=30)
 
     assert {found["vendor"] for found in said} == {"postgresql"}
     assert sorted((found["started"], found["taken_elsewhere"]) for found in said) == [
