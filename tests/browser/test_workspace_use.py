@@ -198,16 +198,18 @@ def test_a_cancel_that_comes_too_late_says_so_even_if_a_push_replaced_its_form(
     composer.press("Enter")
     queued = page.locator("#transcript > li.queued")
     expect(queued).to_have_count(1)
-    # A reply took it meanwhile (changed here, this reaches no page).
-    QueuedInput.objects.update(taken_at=timezone.now())
 
-    # The Cancel's answer is held back until a push from the other tab has
+    # The Cancel is held back on its way, until a push from the other tab has
     # replaced the transcript, and with it the form that asked.
     held = []
     page.route("**/queued/*/cancel/", lambda route: held.append(route))
     queued.get_by_role("button", name="Cancel").click()
     page.wait_for_function("document.querySelector('#transcript .queued button[disabled]')")
     assert len(held) == 1
+    # A reply took it meanwhile (changed here, this reaches no page). Changed only now,
+    # with the Cancel pressed: anything that redrew the page before the press (a late
+    # refetch on CI's loaded machine) would have drawn it taken, with no Cancel to press.
+    QueuedInput.objects.update(taken_at=timezone.now())
     second.page.get_by_label("Message").fill("And c")
     second.page.get_by_label("Message").press("Enter")
     expect(queued.locator(".text")).to_have_text(["And c"])  # "Then b" shows as taken now
