@@ -21,6 +21,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from chats.forms import base_url_clean
+from conch import collector
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class Command(BaseCommand):
         events.bind_loop(reactor._asyncioEventloop)
         runner = start_embedded_runner(lone=lone)
         self.stdout.write(f"Runner {runner.name} started with {runner.threads} threads.")
+        collector.settle()  # start-up is done: full collections walk only what comes after
         try:
             server.run()
         finally:

@@ -20,6 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
 from chats.runtime.runner import Runner
+from conch import collector
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class Command(BaseCommand):
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         runner = LoggingRunner(lone=False, threads=threads).start()
         log.info("worker %s started with %s threads", runner.name, runner.threads)
+        collector.settle()  # start-up is done: full collections walk only what comes after
         try:
             while not stop.wait(1.0):
                 pass
