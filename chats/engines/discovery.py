@@ -24,6 +24,7 @@ import openai
 from django.conf import settings
 
 from chats.engines.base import EngineError
+from chats.engines.http import http_client
 
 LOOPBACK = "127.0.0.1"
 PROBE_TIMEOUT = 1.5  # seconds a usual port may take to answer before it counts as nothing there
@@ -58,7 +59,14 @@ def usual_ports() -> dict[int, str]:
 
 
 def _client(base_url: str, key: str, timeout: float) -> openai.OpenAI:
-    return openai.OpenAI(base_url=base_url, api_key=key or NO_KEY, timeout=timeout, max_retries=0)
+    return openai.OpenAI(
+        base_url=base_url,
+        api_key=key or NO_KEY,
+        timeout=timeout,
+        max_retries=0,
+        # The SDK's own annotations name its vendored httpx; the client is httpx's.
+        http_client=http_client(timeout=timeout),  # type: ignore[arg-type]
+    )
 
 
 def models_list(base_url: str, key: str = "", *, timeout: float = LIST_TIMEOUT) -> tuple[str, ...]:
@@ -68,7 +76,8 @@ def models_list(base_url: str, key: str = "", *, timeout: float = LIST_TIMEOUT) 
     """
     url = base_url.rstrip("/")
     try:
-        page = _client(url, key, timeout).models.list()
+        with _client(url, key, timeout) as client:
+            page = client.models.list()
         names = tuple(dict.fromkeys(m.id for m in page.data if isinstance(m.id, str) and m.id))
     except openai.APITimeoutError:
         raise EngineError(ERR_TIMEOUT.format(url=url, seconds=timeout)) from None

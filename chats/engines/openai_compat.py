@@ -366,7 +366,9 @@ def server_context(config: ModelConfig, key: str) -> int | None:
     root = re.sub(r"/v1/?$", "", config.base_url.rstrip("/"))
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     size = None
-    with httpx.Client(timeout=min(5.0, config.timeout), headers=headers) as http:
+    from chats.engines.http import http_client
+
+    with http_client(timeout=min(5.0, config.timeout), headers=headers) as http:
         for probe in (_vllm_context, _llamacpp_context, _ollama_context):
             try:
                 size = probe(http, config, root)
@@ -1069,6 +1071,8 @@ def _stream_once(
     import httpx
     from openai import OpenAI
 
+    from chats.engines.http import http_client
+
     params: dict[str, Any] = {"model": config.model, "messages": messages, "stream": True}
     if tools:
         params["tools"] = list(tools)
@@ -1089,7 +1093,7 @@ def _stream_once(
     try:
         with (
             watch,
-            httpx.Client(timeout=timeout, event_hooks={"request": [traced]}) as http,
+            http_client(timeout=timeout, event_hooks={"request": [traced]}) as http,
             OpenAI(
                 base_url=config.base_url,
                 api_key=key or NO_KEY,  # explicit, so the SDK never reaches for OPENAI_API_KEY

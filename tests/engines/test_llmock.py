@@ -6,11 +6,15 @@ in one answer) and breaks on demand: HTTP errors of each class and broken stream
 
 from __future__ import annotations
 
+import ssl
+
 import pytest
 from llmock.scenarios import Fail, Match, Reply, StreamFault, ToolCall
 from llmock.testing import LLMockServer
 
 from chats.engines import openai_compat as oc
+from chats.engines.discovery import models_list
+from chats.engines.http import tls_context
 from chats.models import EntryRole, Step, TurnState
 from tests.engines.conftest import use_model
 from tests.engines.test_failures import run
@@ -48,6 +52,34 @@ def test_a_plain_answer(model_agent, mock):
     turn = run(chat)
     assert turn.state == TurnState.COMPLETED
     assert said(chat) == ["All done, nothing to change."]
+
+
+def test_the_model_calls_of_a_reply_share_one_tls_context(
+    model_agent, mock, workspace, monkeypatch
+):
+    """A TLS context loads the whole CA bundle (10-20 ms of CPU, the GIL held): made
+    once a process, not once a call, even though each call has a client of its own."""
+    made = []
+    real = ssl.create_default_context
+    monkeypatch.setattr(
+        ssl, "create_default_context", lambda *a, **k: made.append(1) or real(*a, **k)
+    )
+    tls_context.cache_clear()
+    (workspace / "README.md").write_text("read me\n")
+    mock.state.scenarios.add(
+        Reply(tool_calls=(ToolCall("read_file", {"path": "README.md"}),), match=CHAT),
+        Reply(text="Read it.", match=CHAT),
+        Reply(text="And again.", match=CHAT),
+    )
+    chat = chat_on(model_agent, mock)
+
+    turn = run(chat)
+    assert turn.state == TurnState.COMPLETED, turn.end_reason
+    run(chat, "Once more")
+    assert models_list(mock.base_url("openai"))  # the Connect page's question, too
+
+    assert said(chat) == ["Read it.", "And again."]
+    assert len(made) == 1
 
 
 def test_fragmented_parallel_tool_calls_are_played_in_turn(model_agent, mock, workspace):
