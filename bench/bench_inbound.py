@@ -85,6 +85,14 @@ end
 """
 
 
+class QuietServer(ThreadingHTTPServer):
+    """Says nothing of a reply the server hung up on: the bench stops it mid-answer."""
+
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class HeldModel:
     """An OpenAI-compatible model on a loopback port that holds every answer until
     :meth:`release`: a reply started waits on it, holding a runner thread, writing nothing."""
@@ -129,7 +137,7 @@ class HeldModel:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
