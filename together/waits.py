@@ -442,13 +442,29 @@ def _still_yours(wait: Wait) -> bool:
 
 
 def wake(*, wait: Wait) -> bool:
-    """Wake the waiting chat once: taint it first, then start its turn with what it hears."""
+    """Wake the waiting chat once: taint it first, then start its turn with what it hears.
+
+    One transaction, holding the waiter's row as ``wait_for`` takes it: the wait is woken
+    exactly when what it woke (the reply, or the note a busy chat reads at its next step)
+    is written. A process that dies half-way leaves the wait waiting, and the next look
+    wakes it; marked woken on its own first, it was lost for good.
+    """
     with transaction.atomic():
+        waiter = (
+            Conversation.objects.locked().select_related("agent").filter(pk=wait.waiter_id).first()
+        )
+        if waiter is None:
+            return False  # deleted meanwhile, and its waits with it
         if not Wait.objects.filter(pk=wait.pk, state=WaitState.WAITING).update(
             state=WaitState.WOKEN, woken_at=timezone.now()
         ):
             return False  # someone else woke it
-    waiter = Conversation.objects.get(pk=wait.waiter_id)
+        _wake_locked(wait, waiter)
+    return True
+
+
+def _wake_locked(wait: Wait, waiter: Conversation) -> None:
+    """Precondition: inside ``atomic()`` holding the waiter's row lock, the wait just woken."""
     # Someone else's words came in since it began waiting: it hears how the other ended, never what it said.
     bare = waiter.taint == Taint.PERSON and wait.waiter_taint_at_start != Taint.PERSON
     target = (
@@ -510,20 +526,18 @@ def wake(*, wait: Wait) -> bool:
         )
     except ConchError:
         # It's busy (the person wrote meanwhile): it reads this at its next step.
-        with transaction.atomic():
-            entry_append(
-                conversation=Conversation.objects.lock(waiter.pk),
-                role=EntryRole.CONCH,
-                kind=EntryKind.NOTE,
-                text=text,
-                data=data,
-            )
-            events.publish(
-                events.CONVERSATION_UPDATED,
-                owner_id=waiter.owner_id,
-                conversation_id=waiter.public_id,
-            )
-    return True
+        entry_append(
+            conversation=waiter,
+            role=EntryRole.CONCH,
+            kind=EntryKind.NOTE,
+            text=text,
+            data=data,
+        )
+        events.publish(
+            events.CONVERSATION_UPDATED,
+            owner_id=waiter.owner_id,
+            conversation_id=waiter.public_id,
+        )
 
 
 def after_turn_end(turn: Turn) -> None:

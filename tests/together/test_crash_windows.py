@@ -17,6 +17,7 @@ from chats.runtime.claims import turns_recover
 from chats.runtime.runner import drain
 from tests.factories import ChatFactory
 from tests.together.conftest import look, message, wait_chat
+from together import waits
 from together.models import ChatMessage, MessageState, Wait, WaitState
 
 
@@ -128,3 +129,30 @@ def test_a_crash_while_a_message_is_taken_in_leaves_it_waiting_and_it_is_read_af
     drain()
     assert ChatMessage.objects.get().state == MessageState.READ
     assert heard(receiver, "Rebase onto main first.") == 1
+
+
+def test_a_crash_as_a_wait_wakes_its_chat_leaves_it_waiting_and_the_next_look_wakes_it(
+    live, monkeypatch
+):
+    """The wait is woken in the transaction that starts the reply it wakes: a process
+    that dies between the two can't leave a wait marked woken with nothing woken."""
+    target = ChatFactory(title="Slow target", script=[[look(), {"say": "Target finished."}]])
+    live.start(target)
+    waiter = ChatFactory(title="Waiter", script=[[wait_chat(target)], [{"say": "Woken."}]])
+    live.start(waiter)
+    live.step(waiter, 2)
+    assert Wait.objects.get().state == WaitState.WAITING
+    # The process dies as the waking reply is started, after the wait was found done.
+    monkeypatch.setattr(waits, "turn_start", _crash)
+    with pytest.raises(Crash):
+        live.step(target, 3)  # its reply ends, and the waits on it are looked at
+    monkeypatch.undo()
+    assert Turn.objects.get(conversation=target).state == TurnState.COMPLETED
+
+    assert Wait.objects.get().state == WaitState.WAITING  # not woken: nothing was
+    waits.sweep()  # the restarted process's look
+
+    assert Wait.objects.get().state == WaitState.WOKEN
+    drain()
+    assert heard(waiter, "“Slow target” finished its reply") == 1
+    assert Entry.objects.filter(conversation=waiter, text="Woken.").count() == 1
