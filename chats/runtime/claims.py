@@ -28,6 +28,7 @@ from chats.models import (
 )
 from chats.quoting import conch_words
 from chats.runtime.chats import entry_append
+from chats.runtime.lanes import lane_lock
 from chats.runtime.turns import turn_end_locked
 
 ERR_COMMAND_ENDED_AFTER_RESTART = (
@@ -60,21 +61,25 @@ def turn_claim(*, worker: str, limit: int, lanes: Iterable[str] | None = None) -
         )
         if lanes is not None:
             candidates = candidates.filter(lane__in=list(lanes))
-        ids = list(
+        found = list(
             candidates.select_for_update(skip_locked=True)
             .order_by("started_at", "pk")
-            .values_list("pk", flat=True)[: limit * 2]
+            .values_list("pk", "lane")[: limit * 2]
         )
-        cron_room = (
-            settings.CONCH_CRON_LANE
-            - Turn.objects.filter(lane=Lane.CRON, ended_at__isnull=True, state=TurnState.RUNNING)
-            .exclude(claimed_by="")
-            .count()
-        )
-        for pk in ids:
+        cron_room = 0
+        if any(lane == Lane.CRON for _, lane in found):
+            lane_lock(Lane.CRON)  # counted by one runner at a time, each seeing the last's claims
+            cron_room = (
+                settings.CONCH_CRON_LANE
+                - Turn.objects.filter(
+                    lane=Lane.CRON, ended_at__isnull=True, state=TurnState.RUNNING
+                )
+                .exclude(claimed_by="")
+                .count()
+            )
+        for pk, lane in found:
             if len(claimed) >= limit:
                 break
-            lane = Turn.objects.filter(pk=pk).values_list("lane", flat=True).first()
             if lane == Lane.CRON:
                 if cron_room <= 0:
                     continue

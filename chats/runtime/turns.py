@@ -40,6 +40,7 @@ from chats.runtime.chats import (
     conversation_title_from_first_message,
     entry_append,
 )
+from chats.runtime.lanes import lane_lock
 
 log = logging.getLogger(__name__)
 
@@ -421,7 +422,8 @@ def tasks_make_room() -> list[Task]:
     """Start queued tasks while the subagent lane has room; the rest wait for room."""
     started: list[Task] = []
     with transaction.atomic():
-        running = Task.objects.select_for_update().filter(state=TaskState.RUNNING).count()
+        lane_lock(Lane.SUBAGENT)  # another process's room-making commits first, or waits
+        running = Task.objects.filter(state=TaskState.RUNNING).count()
         room = settings.CONCH_SUBAGENT_LANE - running
         waiting = list(
             # of=("self",): the task's chat and parent are joined in, and on PostgreSQL FOR
