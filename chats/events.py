@@ -220,12 +220,13 @@ class _Numbering:
     committed before that read, so its change is in what the page reads next.
     """
 
-    __slots__ = ("hooks", "owners", "seqs")
+    __slots__ = ("failed", "hooks", "owners", "seqs")
 
     def __init__(self, hooks: list) -> None:
         self.hooks = hooks  # the connection's on-commit list this transaction fills
         self.owners: list[int] = []  # each event's owner, in publishing order
         self.seqs: list[int] | None = None  # their numbers, once numbered
+        self.failed = False  # numbering them failed (logged once)
 
     def take(self, owner_id: int, count: int) -> int:
         """Hold ``count`` places for the owner's events; the first one's position."""
@@ -233,13 +234,34 @@ class _Numbering:
         self.owners.extend([owner_id] * count)
         return position
 
+    def numbered(self) -> list[int] | None:
+        """:meth:`number`, or None if the numbering statement failed (it is logged).
+
+        The transaction has committed by then: its writer is not told the change failed,
+        since it didn't. Its events go to this process's watchers unnumbered, and to no
+        page; the numbers they would have had are skipped at the owner's next numbering,
+        so every page sees a gap there and fetches what it missed.
+        """
+        if self.failed:
+            return None
+        try:
+            return self.number()
+        except Exception:
+            self.failed = True
+            log.exception("could not number the events of a committed transaction")
+            _skip_later(self.owners)
+            return None
+
     def number(self) -> list[int]:
         """Every held place's number: one statement an owner, the first hook to run."""
         if self.seqs is None:
             counts: dict[int, int] = {}
             for owner_id in self.owners:
                 counts[owner_id] = counts.get(owner_id, 0) + 1
-            last = {owner_id: _next_seq(owner_id, n) for owner_id, n in counts.items()}
+            last = {
+                owner_id: _next_seq(owner_id, n, skip=_skipped_take(owner_id))
+                for owner_id, n in counts.items()
+            }
             seqs = [0] * len(self.owners)
             for position in range(len(self.owners) - 1, -1, -1):  # each owner's last first
                 owner_id = self.owners[position]
@@ -270,21 +292,44 @@ def _numbering(count: int, owner_id: int) -> tuple[_Numbering, int]:
     return numbering, numbering.take(owner_id, count)
 
 
-def _next_seq(owner_id: int, count: int = 1) -> int:
-    """Take ``count`` sequence numbers for the owner in one statement; returns the last.
+def _next_seq(owner_id: int, count: int = 1, *, skip: int = 0) -> int:
+    """Take ``count`` sequence numbers for the owner in one statement, after ``skip``
+    numbers no event will have; returns the last.
 
     Runs after the commit of the transaction that published them, in autocommit: the
     row is held only for this statement.
     """
     table = EventStream._meta.db_table
     sql = f"UPDATE {table} SET seq = seq + %s WHERE owner_id = %s RETURNING seq"
-    with transaction.get_connection().cursor() as cursor:
-        cursor.execute(sql, [count, owner_id])
-        row = cursor.fetchone()
-    if row is None:  # the owner's first event ever: make the stream, then take them
-        EventStream.objects.get_or_create(owner_id=owner_id)
-        return _next_seq(owner_id, count)
+    try:
+        with transaction.get_connection().cursor() as cursor:
+            cursor.execute(sql, [count + skip, owner_id])
+            row = cursor.fetchone()
+        if row is None:  # the owner's first event ever: make the stream, then take them
+            EventStream.objects.get_or_create(owner_id=owner_id)
+            return _next_seq(owner_id, count, skip=skip)
+    except BaseException:
+        _skip_later([owner_id] * skip)  # not skipped after all: still owed
+        raise
     return row[0]
+
+
+# Seq a value no page ever takes: an event whose numbering failed (see _Numbering.numbered).
+UNNUMBERED = 0
+# Each owner's numbers owed to events whose numbering failed: skipped at the next numbering.
+_skipped: dict[int, int] = {}
+_skipped_lock = threading.Lock()
+
+
+def _skip_later(owners: list[int]) -> None:
+    with _skipped_lock:
+        for owner_id in owners:
+            _skipped[owner_id] = _skipped.get(owner_id, 0) + 1
+
+
+def _skipped_take(owner_id: int) -> int:
+    with _skipped_lock:
+        return _skipped.pop(owner_id, 0)
 
 
 def current_seq(owner_id: int) -> int:
@@ -305,7 +350,8 @@ def publish(
     data = dict(data or {})
 
     def deliver() -> None:
-        seq = numbering.number()[position]
+        seqs = numbering.numbered()
+        seq = seqs[position] if seqs is not None else UNNUMBERED
         _deliver(Event(event_type, owner_id, seq, conversation_id, data))
 
     transaction.on_commit(deliver)
@@ -344,7 +390,10 @@ def publish_many(
     data = dict(data or {})
 
     def deliver() -> None:
-        seqs = numbering.number()[first : first + len(ids)]
+        numbered = numbering.numbered()
+        seqs = (
+            numbered[first : first + len(ids)] if numbered is not None else [UNNUMBERED] * len(ids)
+        )
         _deliver_many(
             [
                 Event(event_type, owner_id, seq, conversation_id, dict(data))
@@ -360,7 +409,8 @@ def _deliver(event: Event) -> None:
 
 
 def _deliver_many(batch: list[Event]) -> None:
-    """Deliver events of one owner, in order."""
+    """Deliver events of one owner, in order: to this process's watchers, and (numbered)
+    to the owner's pages."""
     with _subscribers_lock:
         subscribers = list(_subscribers)
     for event in batch:
@@ -369,6 +419,8 @@ def _deliver_many(batch: list[Event]) -> None:
                 callback(event)
             except Exception:  # a watcher's bug must not stop the others, nor the writer
                 log.exception("event subscriber failed on %s", event.type)
+    if batch[0].seq == UNNUMBERED:  # the pages learn of these by the gap they left
+        return
     # Every numbered event goes to the group: a page that missed one would see a gap.
     try:
         _group_send_many(owner_group(batch[0].owner_id), [event.as_message() for event in batch])

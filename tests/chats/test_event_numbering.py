@@ -98,3 +98,46 @@ def test_a_page_that_read_the_number_first_gets_every_later_change(
     for callback in callbacks:
         callback()
     assert published[-1].seq > page_read
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_numbering_that_fails_after_commit_fails_no_writer_and_leaves_a_gap_the_pages_see(
+    owner, published, monkeypatch, caplog
+):
+    """The change committed: its writer is not told otherwise. The watchers here still
+    hear it; the pages, which need a number, see the numbers it would have had skipped
+    at the next event, a gap, and fetch what they missed."""
+    from django.db import OperationalError
+
+    chat = ChatFactory(owner=owner)
+    before = events.current_seq(owner.pk)
+    real = events._next_seq
+    failing = [True]
+
+    def once_locked(*args, **kwargs):
+        if failing.pop() if failing else False:
+            raise OperationalError("database is locked")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(events, "_next_seq", once_locked)
+    sent = []
+    monkeypatch.setattr(events, "_group_send_many", lambda group, messages: sent.extend(messages))
+    published.clear()
+
+    with transaction.atomic():  # returns: the writer's change is in
+        events.publish_chat(chat)
+        events.publish(events.STATUS, owner_id=owner.pk, conversation_id=chat.public_id)
+
+    assert "could not number the events of a committed transaction" in caplog.text
+    assert [(e.type, e.seq) for e in published] == [
+        (events.CONVERSATION_UPDATED, events.UNNUMBERED),
+        (events.STATUS, events.UNNUMBERED),
+    ]
+    assert sent == []  # no page takes an event without a number
+    assert events.current_seq(owner.pk) == before
+
+    with transaction.atomic():
+        events.publish_chat(chat)
+
+    assert [m["seq"] for m in sent] == [before + 3]  # before + 1 and + 2: the gap
+    assert events.current_seq(owner.pk) == before + 3
