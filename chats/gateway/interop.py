@@ -39,6 +39,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from chats.gateway.inbound import InboundError, text_check
 from chats.gateway.models import SessionOrigin
 from chats.limits import LIMITS
 from chats.models import (
@@ -234,7 +235,27 @@ def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise InteropError(f"{path}:{number}: not JSON ({exc.msg}).") from None
             if not isinstance(line, dict):
                 raise InteropError(f"{path}:{number}: each line must be a JSON object.")
+            _storable(line, f"{path}:{number}")
             yield number, line
+
+
+def _storable(value: Any, where: str) -> None:
+    """Refuse an archive's text that no database can store, naming where it is: JSON's
+    ``\\ud800`` escapes decode to a lone surrogate, which SQLite can't take, and
+    PostgreSQL's text can't hold NUL. Caught here, the import stops before it writes."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                text_check(item, where)
+            except InboundError as exc:
+                raise InteropError(f"{where}: its text {exc.message}") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _entry_from(line: dict[str, Any], where: str, next_seq: int) -> Entry | None:
@@ -389,7 +410,7 @@ def _check_item(where: str, index_path: Path, item: dict[str, Any]) -> None:
     session_key = item.get("sessionKey")
     if session_key is not None and not isinstance(session_key, str):
         raise InteropError(f"{where}: sessionKey must be text or null.")
-    transcript = index_path.parent / str(item.get("sessionFile") or f"{session_id}.jsonl")
+    transcript = _transcript_of(index_path, item)
     if not transcript.exists():
         raise InteropError(f"{where}: its transcript {transcript.name} is missing.")
     _when(item.get("sessionStartedAt"), f"{where} sessionStartedAt")
@@ -426,6 +447,7 @@ def sessions_plan(*, root: Path, folder: Path | None = None) -> ImportPlan:
             raise InteropError(f"{index_path}: not JSON ({exc}).") from None
         if not isinstance(index, dict):
             raise InteropError(f"{index_path}: the index must be an object keyed by session.")
+        _storable(index, str(index_path))
         items = sorted(
             ((k, v) for k, v in index.items() if isinstance(v, dict)),
             key=lambda kv: (kv[1].get("sessionStartedAt") or 0, kv[0]),
@@ -440,6 +462,7 @@ def sessions_plan(*, root: Path, folder: Path | None = None) -> ImportPlan:
             if skip:
                 plan.skipped.append(skip)
                 continue
+            _transcript_check(_transcript_of(index_path, item))
             plan.sessions.append(
                 PlannedSession(
                     agent=agent_dir.name,
@@ -450,6 +473,20 @@ def sessions_plan(*, root: Path, folder: Path | None = None) -> ImportPlan:
                 )
             )
     return plan
+
+
+def _transcript_of(index_path: Path, item: dict[str, Any]) -> Path:
+    return index_path.parent / str(item.get("sessionFile") or f"{item['sessionId']}.jsonl")
+
+
+def _transcript_check(path: Path) -> None:
+    """Read a transcript through as the import will, keeping nothing: a bad line stops
+    the plan, naming its file and line, before the import writes any session."""
+    next_seq = 1
+    for number, line in _lines(path):
+        entry = _entry_from(line, f"{path}:{number}", next_seq)
+        if entry is not None:
+            next_seq = entry.seq + 1
 
 
 def _imported_taint(claimed: str | None) -> str:
@@ -495,7 +532,7 @@ def _import_one(
     if skip:
         report.skipped.append(skip)
         return None
-    transcript = planned.index_path.parent / str(item.get("sessionFile") or f"{session_id}.jsonl")
+    transcript = _transcript_of(planned.index_path, item)
     started = _when(item.get("sessionStartedAt"), f"{where} sessionStartedAt")
     with transaction.atomic():
         chat = Conversation.objects.create(

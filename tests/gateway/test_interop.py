@@ -389,3 +389,36 @@ def test_run_from_a_script_with_stdin_on_dev_null_it_refuses_at_once(
         with pytest.raises(CommandError, match="there is no terminal to ask on"):
             call_command("conch_import", str(path), stdout=io.StringIO())
     assert not Conversation.objects.exists()
+
+
+# ---------------------------------------------------------------------------
+# Text no database can store is refused while the archive is read, before anything is written
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [("a NUL \x00 in it", "must not contain NUL"), ("half a pair \ud800", "lone surrogate")],
+    ids=["nul", "surrogate"],
+)
+def test_text_no_database_can_store_stops_the_import_before_any_session_is_written(
+    owner, agent, tmp_path, workspace, bad, said
+):
+    root = archive(tmp_path, {"folder": str(workspace)}, {"folder": str(workspace)})
+    sessions = root / "agents" / "main" / "sessions"
+    line = {"type": "message", "message": {"role": "assistant", "content": bad}}
+    with open(sessions / "imp-2.jsonl", "a") as transcript:
+        transcript.write(json.dumps(line) + "\n")  # its second line, after a good one
+
+    with pytest.raises(CommandError, match=rf"imp-2\.jsonl:2: its text .*{said}"):
+        run_import(root, "--yes")
+
+    assert not Conversation.objects.filter(public_id__startswith="imp-").exists()
+
+
+def test_a_title_no_database_can_store_stops_the_import_naming_the_index(
+    owner, agent, tmp_path, workspace
+):
+    root = archive(tmp_path, {"folder": str(workspace), "title": "Notes \ud800"})
+    with pytest.raises(CommandError, match=r"sessions\.json: its text .*lone surrogate"):
+        run_import(root, "--yes")
+    assert not Conversation.objects.filter(public_id__startswith="imp-").exists()
