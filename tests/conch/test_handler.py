@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from channels.testing import HttpCommunicator
@@ -60,3 +61,32 @@ async def test_past_the_kept_threads_a_request_gets_a_thread_of_its_own():
     kept_threads_urls.release.set()
     await held
     assert len(handler._idle) == 1
+
+
+class CountingThread(ThreadPoolExecutor):
+    """A kept thread that counts the hops to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1)
+        self.hops = 0
+
+    def submit(self, *args, **kwargs):
+        self.hops += 1
+        return super().submit(*args, **kwargs)
+
+
+async def test_a_request_goes_to_its_thread_once_for_its_middleware_and_view(monkeypatch):
+    """Django's async chain sends every sync middleware to the thread and back twice a
+    request (15 hops here, each a thread's wake-up and a pass of the GIL)."""
+    thread = CountingThread()
+    handler = KeptThreadsASGIHandler()
+    monkeypatch.setattr(handler, "_thread", lambda: thread)
+    await get(handler, "/where/")
+    thread.hops = 0
+
+    answer = await get(handler, "/where/")
+
+    # The chain in one hop; the other is Django's own, around it (its request signals
+    # and closing the response, which must run on the thread whose connection they close).
+    assert thread.hops == 2
+    assert answer["thread"] != threading.get_ident()
