@@ -16,7 +16,8 @@ builds an async chain for ASGI, and every sync middleware in it (all of Conch's 
 goes to the thread and back for its request half and again for its response half: 15
 hops a request here, each a wake-up of a sleeping thread and a pass of the GIL, more
 than a request's own work (a 401 at the gateway's door: 170 requests/s, 643 with one
-hop). Conch's views are all sync, so nothing runs on the event loop that did before.
+hop). Conch's views are all sync, as they must stay: an async view would run through
+async_to_sync on the request's thread, holding it.
 """
 
 from __future__ import annotations
