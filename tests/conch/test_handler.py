@@ -90,3 +90,22 @@ async def test_a_request_goes_to_its_thread_once_for_its_middleware_and_view(mon
     # and closing the response, which must run on the thread whose connection they close).
     assert thread.hops == 2
     assert answer["thread"] != threading.get_ident()
+
+
+def test_every_view_is_sync_as_the_one_hop_chain_needs(settings):
+    """An async view would run through async_to_sync on the request's thread, holding it
+    for the whole await: the handler's sync chain is only right while every view is sync."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+
+    settings.ROOT_URLCONF = "conch.urls"
+
+    def views(patterns):
+        for entry in patterns:
+            if isinstance(entry, URLResolver):
+                yield from views(entry.url_patterns)
+            elif isinstance(entry, URLPattern):
+                yield entry.lookup_str, entry.callback
+
+    found = dict(views(get_resolver("conch.urls").url_patterns))
+    assert len(found) > 20  # the app's views and the admin's, not an empty list
+    assert [name for name, view in found.items() if asyncio.iscoroutinefunction(view)] == []
