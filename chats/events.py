@@ -18,8 +18,8 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
-from collections import deque
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,7 +249,7 @@ class _Numbering:
         except Exception:
             self.failed = True
             log.exception("could not number the events of a committed transaction")
-            _skip_later(self.owners)
+            _skip_later(Counter(self.owners))
             return None
 
     def number(self) -> list[int]:
@@ -258,10 +258,16 @@ class _Numbering:
             counts: dict[int, int] = {}
             for owner_id in self.owners:
                 counts[owner_id] = counts.get(owner_id, 0) + 1
-            last = {
-                owner_id: _next_seq(owner_id, n, skip=_skipped_take(owner_id))
-                for owner_id, n in counts.items()
-            }
+            # Numbers owed to events whose numbering failed are skipped before these: a gap.
+            owed = _skipped_take(list(counts))
+            try:
+                last = {
+                    owner_id: _next_seq(owner_id, n + owed.get(owner_id, 0))
+                    for owner_id, n in counts.items()
+                }
+            except BaseException:
+                _skip_later(owed)  # still owed
+                raise
             seqs = [0] * len(self.owners)
             for position in range(len(self.owners) - 1, -1, -1):  # each owner's last first
                 owner_id = self.owners[position]
@@ -292,25 +298,20 @@ def _numbering(count: int, owner_id: int) -> tuple[_Numbering, int]:
     return numbering, numbering.take(owner_id, count)
 
 
-def _next_seq(owner_id: int, count: int = 1, *, skip: int = 0) -> int:
-    """Take ``count`` sequence numbers for the owner in one statement, after ``skip``
-    numbers no event will have; returns the last.
+def _next_seq(owner_id: int, count: int = 1) -> int:
+    """Take ``count`` sequence numbers for the owner in one statement; returns the last.
 
     Runs after the commit of the transaction that published them, in autocommit: the
     row is held only for this statement.
     """
     table = EventStream._meta.db_table
     sql = f"UPDATE {table} SET seq = seq + %s WHERE owner_id = %s RETURNING seq"
-    try:
-        with transaction.get_connection().cursor() as cursor:
-            cursor.execute(sql, [count + skip, owner_id])
-            row = cursor.fetchone()
-        if row is None:  # the owner's first event ever: make the stream, then take them
-            EventStream.objects.get_or_create(owner_id=owner_id)
-            return _next_seq(owner_id, count, skip=skip)
-    except BaseException:
-        _skip_later([owner_id] * skip)  # not skipped after all: still owed
-        raise
+    with transaction.get_connection().cursor() as cursor:
+        cursor.execute(sql, [count, owner_id])
+        row = cursor.fetchone()
+    if row is None:  # the owner's first event ever: make the stream, then take them
+        EventStream.objects.get_or_create(owner_id=owner_id)
+        return _next_seq(owner_id, count)
     return row[0]
 
 
@@ -321,15 +322,17 @@ _skipped: dict[int, int] = {}
 _skipped_lock = threading.Lock()
 
 
-def _skip_later(owners: list[int]) -> None:
+def _skip_later(owed: Mapping[int, int]) -> None:
+    """Owe these owners these many numbers, skipped at their next numbering."""
     with _skipped_lock:
-        for owner_id in owners:
-            _skipped[owner_id] = _skipped.get(owner_id, 0) + 1
+        for owner_id, count in owed.items():
+            _skipped[owner_id] = _skipped.get(owner_id, 0) + count
 
 
-def _skipped_take(owner_id: int) -> int:
+def _skipped_take(owners: list[int]) -> dict[int, int]:
+    """What these owners are owed, no longer owed: their numbering skips it."""
     with _skipped_lock:
-        return _skipped.pop(owner_id, 0)
+        return {owner_id: _skipped.pop(owner_id) for owner_id in owners if owner_id in _skipped}
 
 
 def current_seq(owner_id: int) -> int:
