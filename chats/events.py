@@ -255,9 +255,7 @@ class _Numbering:
     def number(self) -> list[int]:
         """Every held place's number: one statement an owner, the first hook to run."""
         if self.seqs is None:
-            counts: dict[int, int] = {}
-            for owner_id in self.owners:
-                counts[owner_id] = counts.get(owner_id, 0) + 1
+            counts = Counter(self.owners)
             # Numbers owed to events whose numbering failed are skipped before these: a gap.
             owed = _skipped_take(list(counts))
             try:
