@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.models import Q, QuerySet
 
 from chats.gateway.models import ChatType, GatewayConfig, OwnerIdentity, SessionOrigin
-from chats.models import Agent, AuthProfile, Conversation
+from chats.models import Agent, AuthProfile, Conversation, Turn
 
 ERR_NOT_THIS_PERSONAS = "That auth profile isn't this persona's."
 
@@ -33,7 +33,8 @@ def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound) -> C
     """The live generation of a session, its row locked, as a message to it reads it: the
     chat (what taking a message in and sending it read, no more), its origin, the stored
     routing version (so a binding changed in another process is seen, with no query of its
-    own) and, for a DM, whether the sender is the owner (``from_owner``). None when the
+    own), whether a reply of the chat's runs (``reply_running``: the message then waits for
+    it) and, for a DM, whether the sender is the owner (``from_owner``). None when the
     session has no live generation. Call inside ``atomic()``: the lock is held until it ends.
 
     Locked here, not later, so the message lands in the chat it read (a reset that archived
@@ -55,6 +56,7 @@ def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound) -> C
         return None
     read = vars(found)  # the columns that are no field of the chat's, as raw() sets them
     read["from_owner"] = bool(read["from_owner"]) if dm else None
+    read["reply_running"] = bool(read["reply_running"])
     if read["gateway_id"] is not None:
         # The JSON decoded as the ORM reads it (with no expression: it is a plain column).
         reply_to = SessionOrigin._meta.get_field("reply_to")
@@ -104,6 +106,12 @@ def _session_sql(*, vendor: str, dm: bool) -> str:
     columns = [f"{chat}.{qn(name)}" for name in INBOUND_READS]
     columns.append(f"(SELECT {qn('routing_version')} FROM {config} WHERE {qn('id')} = 1)")
     columns[-1] += f" AS {qn('routing_version_stored')}"
+    # As message_send_locked asks it: an open reply (at most one, by one_open_turn_per_chat).
+    turns = qn(Turn._meta.db_table)
+    columns.append(
+        f"EXISTS(SELECT 1 FROM {turns} WHERE {turns}.{qn('conversation_id')} = {chat}.{qn('id')}"
+        f" AND {turns}.{qn('ended_at')} IS NULL) AS {qn('reply_running')}"
+    )
     if dm:
         # As _owner_peers asks it: the owner's identity on this channel (any case, as
         # iexact), for this account or for any.

@@ -526,7 +526,11 @@ def _take_in(
     )
     # The chat is locked: read under its lock (session_for_inbound), made here, or joined.
     sent = message_send_locked(
-        conversation=chat, text=_message_text(inbound, text), said_by=said_by
+        conversation=chat,
+        text=_message_text(inbound, text),
+        said_by=said_by,
+        # Read with the session's row, under its lock; a chat made or joined here asks.
+        reply_running=getattr(chat, "reply_running", None),
     )
     if stamp or not isinstance(sent, Turn):  # a reply started stamped it already, with now
         Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)

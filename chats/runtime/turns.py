@@ -118,18 +118,26 @@ def message_send(
 
 
 def message_send_locked(
-    *, conversation: Conversation, text: str, said_by: dict[str, str] | None = None
+    *,
+    conversation: Conversation,
+    text: str,
+    said_by: dict[str, str] | None = None,
+    reply_running: bool | None = None,
 ) -> Turn | QueuedInput:
     """:func:`message_send`, for a caller that holds the chat's row lock already.
 
     Precondition: inside ``atomic()`` holding the chat's row lock, ``conversation`` read
     under it (the gateway's session lookup takes it, with the one query it makes anyway).
+    ``reply_running``: whether a reply of the chat's is open, if the caller read it under
+    that lock (a reply starts and ends only under it); None, and it is asked here.
     """
     text = (text or "").strip()
     if not text:
         raise ConchError(ERR_EMPTY_MESSAGE)
     conversation_title_from_first_message(conversation=conversation, text=text)
-    if conversation.turns.filter(ended_at__isnull=True).exists():
+    if reply_running is None:
+        reply_running = conversation.turns.filter(ended_at__isnull=True).exists()
+    if reply_running:
         queued = QueuedInput.objects.create(conversation=conversation, text=text)
         events.publish_chat(conversation, queued=True)
         return queued

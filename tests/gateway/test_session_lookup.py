@@ -6,10 +6,12 @@ tests/scaleout/test_inbound_postgres.py)."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from chats.gateway.inbound import inbound_parse
 from chats.gateway.models import GatewayConfig, OwnerIdentity, SessionOrigin
 from chats.gateway.selectors import is_owner_peer, session_active, session_for_inbound
+from chats.models import Turn
 from chats.runtime.chats import conversation_archive
 from tests.factories import ChatFactory, UserFactory
 
@@ -62,6 +64,20 @@ def test_it_finds_the_live_generation_and_reads_its_origin_with_it(
         assert origin.reply_to == {"chat_id": "alice"}  # decoded, as the ORM reads JSON
     stored = GatewayConfig.objects.values_list("routing_version", flat=True).first()
     assert found.routing_version_stored == stored
+
+
+def test_whether_a_reply_runs_is_what_the_chats_open_reply_says(owner, agent):
+    """It decides whether the message starts a reply or waits for the running one."""
+    chat = session(owner, agent)
+    Turn.objects.create(conversation=chat, number=1, ended_at=timezone.now())
+    assert lookup(owner, agent).reply_running is False
+    Turn.objects.create(conversation=chat, number=2)
+    assert lookup(owner, agent).reply_running is True
+    other = session(owner, agent, key="agent:main:dm:telegram:bob")
+    Turn.objects.create(conversation=other, number=1)  # another chat's reply is not this one's
+    assert lookup(owner, agent, dm(peer="bob"), key="agent:main:dm:telegram:bob").reply_running
+    Turn.objects.filter(conversation=chat, number=2).update(ended_at=timezone.now())
+    assert lookup(owner, agent).reply_running is False
 
 
 def test_an_archived_generation_is_not_the_session(owner, agent):
