@@ -5,17 +5,21 @@ in a throwaway CONCH_HOME, with every chat answered by a loopback model this ben
 runs and holds: a reply started waits on it, writing nothing. Then, against that
 server, with wrk:
 
-1. the bare baseline, while the server is idle: the same door asked without a
-   token (a 401: Django, its middleware and a view, no routing, no database);
+1. the bare baseline: the same door asked without a token (a 401: Django, its
+   middleware and a view, no routing, no database);
 2. no reply playing: each of ``--people`` people has a session whose reply waits
    on the held model, and every message wrk sends goes to one of them (queued
-   behind that reply): the inbound path alone, beside a runner with nothing to play;
+   behind that reply): the inbound path alone, beside a runner with nothing to play.
+   1 and 2 alternate, in ``--rounds`` slices each, on the same server in the same
+   state: a drift in the machine's speed (seen here: the bare view at 400 and at 780
+   requests/s in runs minutes apart) then moves both sides of the ratio alike;
 3. replies playing: the model answers now, the runner plays a reply after each
    message, and wrk keeps sending, as in use.
 
-Judged by: requests per second against the bare baseline (goal ≥ 0.5x) and p99
-(goal ≤ 50 ms) while no reply is playing; the same ratio with replies playing is
-printed too. Afterwards every accepted message is checked to be stored.
+Judged by: requests per second against the bare baseline, over all the slices
+(goal ≥ 0.5x), and p99 (goal ≤ 50 ms, the worst slice's) while no reply is
+playing; the same ratio with replies playing is printed too. Afterwards every
+accepted message is checked to be stored.
 
 ``--port`` benches a server already running on loopback (its ``--home`` is needed to
 make a token and check what it stored): its replies play as that server plays them,
@@ -26,11 +30,11 @@ venv: a branch measured the same way as this one.
 wrk is a load tool from Debian, not a Python package; install it once:
 
     apt-get install -y wrk
-    .venv/bin/python bench/bench_inbound.py [--seconds 10] [--connections 16]
+    .venv/bin/python bench/bench_inbound.py [--seconds 10] [--rounds 5] [--connections 16]
     .venv/bin/python bench/bench_inbound.py --connections 1
     .venv/bin/python bench/bench_inbound.py --port 8000 --home ~/.conch
 
-Loopback only; each wrk run is bounded by --seconds.
+Loopback only; each wrk run is bounded by --seconds (a slice by --seconds / --rounds).
 """
 
 from __future__ import annotations
@@ -244,6 +248,21 @@ def wrk(url: str, script: Path, *, seconds: int, connections: int, args: list[st
     }
 
 
+def summed(slices: list[dict]) -> dict:
+    """Slices of one phase as one: requests and rate over them all, the worst slice's p99."""
+    seconds = sum(phase["requests"] / phase["rps"] for phase in slices if phase["rps"])
+    requests = sum(phase["requests"] for phase in slices)
+    errors = sorted({phase["socket_errors"] for phase in slices} - {"none"})
+    return {
+        "rps": requests / seconds if seconds else 0.0,
+        "p99_ms": max(phase["p99_ms"] for phase in slices),
+        "requests": requests,
+        "non_2xx": sum(phase["non_2xx"] for phase in slices),
+        "socket_errors": "; ".join(errors) or "none",
+        "slice_rps": [phase["rps"] for phase in slices],
+    }
+
+
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -252,6 +271,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="slices of bare and inbound, alternated"
+    )
     parser.add_argument("--people", type=int, default=500)
     parser.add_argument("--port", type=int, help="bench the server already running here")
     parser.add_argument("--home", type=Path, help="that server's CONCH_HOME (with --port)")
@@ -259,6 +281,8 @@ def main() -> None:
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
+    if args.rounds < 1 or args.seconds < args.rounds:
+        raise SystemExit("--rounds must be at least 1, and at most --seconds (whole-second slices)")
     if args.port and not (args.home or os.environ.get("CONCH_HOME")):
         raise SystemExit("--port needs that server's --home (or CONCH_HOME) for a token")
 
@@ -293,10 +317,14 @@ def main() -> None:
         (scripts / "bare.lua").write_text(BARE_LUA)
         run = {"seconds": args.seconds, "connections": args.connections}
 
-        bare = wrk(url, scripts / "bare.lua", args=[], **run)
         # Each person's session, its first reply started (and held at the model).
         post_all(url, token, [message(n, f"first-{n}") for n in range(args.people)])
-        quiet = wrk(url, scripts / "inbound.lua", args=[token, "q"], **run)
+        slices = {"seconds": max(1, args.seconds // args.rounds), "connections": args.connections}
+        bares, quiets = [], []
+        for round_ in range(args.rounds):
+            bares.append(wrk(url, scripts / "bare.lua", args=[], **slices))
+            quiets.append(wrk(url, scripts / "inbound.lua", args=[token, f"q{round_}."], **slices))
+        bare, quiet = summed(bares), summed(quiets)
         if model is not None:
             model.release()
         busy = wrk(url, scripts / "inbound.lua", args=[token, "w"], **run)
@@ -319,7 +347,9 @@ def main() -> None:
         server += f", code from {args.checkout}"
     print(
         f"server: {server}; wrk -t{min(2, args.connections)} -c{args.connections}, "
-        f"{args.seconds} s a phase; {args.people} people; load: {os.getloadavg()[0]:.2f}"
+        f"{args.seconds} s a phase (bare and inbound alternated, {args.rounds} slices of "
+        f"{max(1, args.seconds // args.rounds)} s each); {args.people} people; "
+        f"load: {os.getloadavg()[0]:.2f}"
     )
     for name, phase in (("bare view (401)", bare), ("no reply playing", quiet),
                         ("replies playing", busy)):  # fmt: skip
@@ -328,6 +358,10 @@ def main() -> None:
             f"{phase['requests']:,} requests, {phase['non_2xx']} not 2xx, "
             f"socket errors: {phase['socket_errors']}"
         )
+    each = ", ".join(
+        f"{q / b:.2f}x" for q, b in zip(quiet["slice_rps"], bare["slice_rps"], strict=True) if b
+    )
+    print(f"  each slice, inbound / bare: {each}")
     ratio = quiet["rps"] / bare["rps"]
     print(
         f"inbound / bare view, no reply playing: {ratio:.2f}x the requests per second "
