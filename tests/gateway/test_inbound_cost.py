@@ -3,8 +3,9 @@
 Counted as statements, not transaction control (BEGIN, SAVEPOINT, RELEASE), as the
 issue counted them. A message to a live session reads one row for it (the chat, its
 origin, the stored routing version, whether a reply runs, whether the sender is the
-owner), locked as it is read; the routing index is never reloaded for a message, and never asked for its
-version by a query of its own; events are numbered once, after the commit.
+owner), locked as it is read; the routing index is never reloaded for a message, and
+never asked for its version by a query of its own; events are numbered once, after
+the commit.
 """
 
 from __future__ import annotations
