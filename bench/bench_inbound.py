@@ -44,6 +44,7 @@ import http.client
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import sqlite3
@@ -317,17 +318,20 @@ def main() -> None:
         (scripts / "bare.lua").write_text(BARE_LUA)
         run = {"seconds": args.seconds, "connections": args.connections}
 
+        # Every message id names this run: a server benched again (--port) takes each anew.
+        tag = secrets.token_hex(4)
         # Each person's session, its first reply started (and held at the model).
-        post_all(url, token, [message(n, f"first-{n}") for n in range(args.people)])
+        post_all(url, token, [message(n, f"first-{tag}-{n}") for n in range(args.people)])
         slices = {"seconds": max(1, args.seconds // args.rounds), "connections": args.connections}
         bares, quiets = [], []
         for round_ in range(args.rounds):
             bares.append(wrk(url, scripts / "bare.lua", args=[], **slices))
-            quiets.append(wrk(url, scripts / "inbound.lua", args=[token, f"q{round_}."], **slices))
+            phase = f"q{round_}.{tag}."
+            quiets.append(wrk(url, scripts / "inbound.lua", args=[token, phase], **slices))
         bare, quiet = summed(bares), summed(quiets)
         if model is not None:
             model.release()
-        busy = wrk(url, scripts / "inbound.lua", args=[token, "w"], **run)
+        busy = wrk(url, scripts / "inbound.lua", args=[token, f"w.{tag}."], **run)
     finally:
         if process is not None:
             stop(process)
@@ -335,7 +339,7 @@ def main() -> None:
             model.close()
         shutil.rmtree(scripts, ignore_errors=True)
 
-    lost, stored, outcomes, sessions = stored_check(home)
+    lost, stored, outcomes, sessions = stored_check(home, tag)
     accepted = sum(phase["requests"] - phase["non_2xx"] for phase in (quiet, busy))
     server = (
         "conch serve (Daphne + runner) on loopback, SQLite, replies held at a loopback "
@@ -389,21 +393,25 @@ def main() -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
-def stored_check(home: Path) -> tuple[int, int, str, int]:
-    """Each message wrk sent is in its session: in the transcript, or queued behind a reply."""
+def stored_check(home: Path, tag: str) -> tuple[int, int, str, int]:
+    """Each message wrk sent in this run is in its session: in the transcript, or queued
+    behind a reply."""
     database = sqlite3.connect(home / "conch.sqlite3")
+    sent = f"[qw]*.{tag}.*"  # this run's, not its first messages
     receipts = dict(
         database.execute(
-            "SELECT outcome, count(*) FROM gateway_inboundrecord WHERE message_id GLOB "
-            "'[qw][0-9]*' GROUP BY outcome"
+            "SELECT outcome, count(*) FROM gateway_inboundrecord WHERE message_id GLOB ? "
+            "GROUP BY outcome",
+            [sent],
         ).fetchall()
     )
     lost = database.execute(
-        "SELECT count(*) FROM gateway_inboundrecord r WHERE r.message_id GLOB '[qw][0-9]*' "
+        "SELECT count(*) FROM gateway_inboundrecord r WHERE r.message_id GLOB ? "
         "AND NOT EXISTS (SELECT 1 FROM chats_entry e WHERE e.conversation_id = r.conversation_id "
         "AND instr(e.text, '[' || r.message_id || ']')) AND NOT EXISTS (SELECT 1 FROM "
         "chats_queuedinput q WHERE q.conversation_id = r.conversation_id "
-        "AND instr(q.text, '[' || r.message_id || ']'))"
+        "AND instr(q.text, '[' || r.message_id || ']'))",
+        [sent],
     ).fetchone()[0]
     sessions = database.execute(
         "SELECT count(*) FROM chats_conversation WHERE session_key LIKE 'agent:%:dm:telegram:%'"
