@@ -130,7 +130,10 @@ def test_serve_prints_a_one_time_link_and_serves_the_admin_and_static_files(home
     server = start("serve", "--port", "0", env=env, log=log)
     try:
         port, token = wait_until(
-            lambda: LINK.search(log.read_text()), timeout=30, what="the sign-in link"
+            lambda: LINK.search(log.read_text()),
+            timeout=30,
+            what="the sign-in link",
+            watch=[server],
         ).groups()
         assert f"The admin is at http://127.0.0.1:{port}/admin/" in log.read_text()
 
@@ -182,9 +185,16 @@ def test_serve_runs_replies_before_any_request_and_stops_cleanly_on_sigterm(home
     server = start("serve", "--port", "0", env=env, log=log)
     try:
         # No request is made: the runner started with the server, not with a page.
-        wait_until(lambda: turn_states(home) == ["completed"], timeout=30, what="the reply")
+        wait_until(
+            lambda: turn_states(home) == ["completed"], timeout=30, what="the reply", watch=[server]
+        )
         assert (folder / "proof.txt").read_text() == "ran"
-        wait_until(lambda: LINK.search(log.read_text()), timeout=30, what="the sign-in link")
+        wait_until(
+            lambda: LINK.search(log.read_text()),
+            timeout=30,
+            what="the sign-in link",
+            watch=[server],
+        )
     finally:
         code = stop(server)
     assert code == 0, log.read_text()
@@ -395,7 +405,9 @@ def test_a_worker_runs_replies_logs_its_claims_and_stops_on_sigterm(home, env):
     log = home / "worker.log"
     worker = start("worker", env=env, log=log)
     try:
-        wait_until(lambda: turn_states(home) == ["completed"], timeout=30, what="the reply")
+        wait_until(
+            lambda: turn_states(home) == ["completed"], timeout=30, what="the reply", watch=[worker]
+        )
     finally:
         code = stop(worker)
     text = log.read_text()
@@ -455,7 +467,9 @@ def worker_running_a_long_command(home, env, marker) -> tuple[subprocess.Popen, 
     if wait_for_fifo(folder / "ready.fifo", timeout=60) != "ready":
         stop(worker)
         pytest.fail("the worker never ran the command:\n" + (home / "worker.log").read_text())
-    pids = wait_until(lambda: processes_running(marker), timeout=30, what="the command's sleep")
+    pids = wait_until(
+        lambda: processes_running(marker), timeout=30, what="the command's sleep", watch=[worker]
+    )
     return worker, folder, pids
 
 
@@ -471,7 +485,12 @@ def test_a_stop_pressed_in_another_process_ends_the_command_a_worker_runs(home, 
         assert stopped.returncode == 0, stopped.stderr
 
         assert wait_until_ended(pids, timeout=15) == [], "the command outlived the Stop"
-        wait_until(lambda: step_rows(home)[0][1], timeout=15, what="the step to be recorded")
+        wait_until(
+            lambda: step_rows(home)[0][1],
+            timeout=15,
+            what="the step to be recorded",
+            watch=[worker],
+        )
     finally:
         stop(worker)
     assert not (folder / "proof.txt").exists()

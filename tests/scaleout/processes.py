@@ -7,10 +7,11 @@ Redis runs in a child ``manage.py`` with ``DATABASE_URL`` and ``REDIS_URL`` set.
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -53,13 +54,43 @@ def manage_ok(*args: str, env: dict[str, str], timeout: float = 60) -> subproces
     return done
 
 
-def wait_until(condition: Callable[[], T], *, timeout: float, what: str) -> T:
-    """Poll ``condition`` until it is truthy; fail naming ``what`` after ``timeout`` seconds."""
+# How often a condition on another process's doing is checked again: nothing tells us.
+RECHECK = 0.05
+
+
+def wait_until(
+    condition: Callable[[], T],
+    *,
+    timeout: float,
+    what: str,
+    watch: Sequence[subprocess.Popen] = (),
+) -> T:
+    """Check ``condition`` until it is truthy; fail naming ``what`` after ``timeout`` seconds.
+
+    What it waits for is another process's doing (a row it writes, a line in its log),
+    which sends no word here, so it is checked again every :data:`RECHECK` seconds. In
+    between, this waits on what does send word: the ending of the processes in ``watch``,
+    the ones the condition needs. One that ends before the condition holds fails the wait
+    at once, with its exit status, rather than after the whole timeout.
+    """
     deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
+    # A pidfd turns readable when its process ends (one already reaped has none to open).
+    ends = [os.pidfd_open(process.pid) for process in watch if process.returncode is None]
+    try:
+        while True:
+            result = condition()
+            if result:
+                return result
+            for process in watch:
+                if process.poll() is not None:
+                    raise AssertionError(
+                        f"process {process.pid} {process.args} exited with status "
+                        f"{process.returncode} while waiting for {what}"
+                    )
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"gave up after {timeout:g} s waiting for {what}")
+            select.select(ends, [], [], min(RECHECK, left))
+    finally:
+        for fd in ends:
+            os.close(fd)

@@ -88,7 +88,10 @@ def test_two_workers_never_run_one_reply_twice(scaleout, tmp_path):
         # Both are up before there is work, so neither can finish it all alone.
         for path in logs:
             wait_until(
-                lambda path=path: STARTED.search(path.read_text()), timeout=30, what=f"{path.name}"
+                lambda path=path: STARTED.search(path.read_text()),
+                timeout=30,
+                what=f"{path.name}",
+                watch=workers,
             )
         manage_ok(
             "shell",
@@ -101,7 +104,7 @@ def test_two_workers_never_run_one_reply_twice(scaleout, tmp_path):
             turns = _turns(scaleout)
             return len(turns) == CHATS and all(ended for *_, ended in turns) and turns
 
-        turns = wait_until(all_ended, timeout=45, what=f"{CHATS} replies to end")
+        turns = wait_until(all_ended, timeout=45, what=f"{CHATS} replies to end", watch=workers)
     finally:
         for worker in workers:
             if worker.poll() is None:
@@ -180,7 +183,12 @@ def test_a_server_that_joins_leaves_a_workers_running_reply_alone(scaleout, tmp_
     worker = _start_worker(env, worker_log)
     server = None
     try:
-        wait_until(lambda: step_family() == "running a command", timeout=30, what="the command")
+        wait_until(
+            lambda: step_family() == "running a command",
+            timeout=30,
+            what="the command",
+            watch=[worker],
+        )
         with open(serve_log, "w") as out:
             server = subprocess.Popen(
                 [sys.executable, str(MANAGE), "serve", "--port", "0"],
@@ -191,12 +199,18 @@ def test_a_server_that_joins_leaves_a_workers_running_reply_alone(scaleout, tmp_
                 stdin=subprocess.DEVNULL,
             )
         # The server's runner has started (and looked for orphans) before it listens.
-        wait_until(lambda: LINK.search(serve_log.read_text()), timeout=30, what="the server")
+        wait_until(
+            lambda: LINK.search(serve_log.read_text()),
+            timeout=30,
+            what="the server",
+            watch=[worker, server],
+        )
         (shared / "go").touch()
         turns = wait_until(
             lambda: all(ended for *_, ended in _turns(scaleout)) and _turns(scaleout),
             timeout=30,
             what="the reply to end",
+            watch=[worker, server],
         )
     finally:
         (shared / "go").touch()

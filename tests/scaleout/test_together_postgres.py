@@ -134,6 +134,7 @@ def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleo
             ),
             timeout=120,
             what="the waiter to let go and the target to be mid-command",
+            watch=[first],
         )
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=20)
@@ -151,6 +152,7 @@ def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleo
             ),
             timeout=180,
             what="the waiting chat to wake and finish its reply",
+            watch=[second],
         )
         assert woken
     finally:
