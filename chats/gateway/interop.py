@@ -479,14 +479,21 @@ def _transcript_of(index_path: Path, item: dict[str, Any]) -> Path:
     return index_path.parent / str(item.get("sessionFile") or f"{item['sessionId']}.jsonl")
 
 
-def _transcript_check(path: Path) -> None:
-    """Read a transcript through as the import will, keeping nothing: a bad line stops
-    the plan, naming its file and line, before the import writes any session."""
+def _entries(path: Path) -> Iterator[Entry]:
+    """A transcript's entries, unsaved and of no chat yet, each numbered after the last."""
     next_seq = 1
     for number, line in _lines(path):
         entry = _entry_from(line, f"{path}:{number}", next_seq)
         if entry is not None:
             next_seq = entry.seq + 1
+            yield entry
+
+
+def _transcript_check(path: Path) -> None:
+    """Read a transcript through as the import will, keeping nothing: a bad line stops
+    the plan, naming its file and line, before the import writes any session."""
+    for _entry in _entries(path):
+        pass
 
 
 def _imported_taint(claimed: str | None) -> str:
@@ -568,13 +575,8 @@ def _import_one(
                 reply_to=item.get("replyTo") or {},
             )
         batch: list[Entry] = []
-        next_seq = 1
-        for number, line in _lines(transcript):
-            entry = _entry_from(line, f"{transcript}:{number}", next_seq)
-            if entry is None:
-                continue
+        for entry in _entries(transcript):
             entry.conversation = chat
-            next_seq = entry.seq + 1
             batch.append(entry)
             if len(batch) >= INSERT_BATCH:
                 Entry.objects.bulk_create(batch)
