@@ -284,6 +284,7 @@ def main() -> None:
         raise SystemExit("wrk is not installed: apt-get install -y wrk")
     if args.rounds < 1 or args.seconds < args.rounds:
         raise SystemExit("--rounds must be at least 1, and at most --seconds (whole-second slices)")
+    slice_seconds = args.seconds // args.rounds
     if args.port and not (args.home or os.environ.get("CONCH_HOME")):
         raise SystemExit("--port needs that server's --home (or CONCH_HOME) for a token")
 
@@ -322,7 +323,7 @@ def main() -> None:
         tag = secrets.token_hex(4)
         # Each person's session, its first reply started (and held at the model).
         post_all(url, token, [message(n, f"first-{tag}-{n}") for n in range(args.people)])
-        slices = {"seconds": max(1, args.seconds // args.rounds), "connections": args.connections}
+        slices = {"seconds": slice_seconds, "connections": args.connections}
         bares, quiets = [], []
         for round_ in range(args.rounds):
             bares.append(wrk(url, scripts / "bare.lua", args=[], **slices))
@@ -352,7 +353,7 @@ def main() -> None:
     print(
         f"server: {server}; wrk -t{min(2, args.connections)} -c{args.connections}, "
         f"{args.seconds} s a phase (bare and inbound alternated, {args.rounds} slices of "
-        f"{max(1, args.seconds // args.rounds)} s each); {args.people} people; "
+        f"{slice_seconds} s each); {args.people} people; "
         f"load: {os.getloadavg()[0]:.2f}"
     )
     for name, phase in (("bare view (401)", bare), ("no reply playing", quiet),
