@@ -364,9 +364,11 @@ def main() -> None:
             f"socket errors: {phase['socket_errors']}"
         )
     each = ", ".join(
-        f"{q / b:.2f}x" for q, b in zip(quiet["slice_rps"], bare["slice_rps"], strict=True) if b
+        f"{q / b:.2f}x ({q:.0f}/{b:.0f})"
+        for q, b in zip(quiet["slice_rps"], bare["slice_rps"], strict=True)
+        if b
     )
-    print(f"  each slice, inbound / bare: {each}")
+    print(f"  each slice, inbound / bare (requests/s): {each}")
     ratio = quiet["rps"] / bare["rps"]
     print(
         f"inbound / bare view, no reply playing: {ratio:.2f}x the requests per second "
