@@ -541,7 +541,20 @@ def _wake_locked(wait: Wait, waiter: Conversation) -> None:
 
 
 def after_turn_end(turn: Turn) -> None:
-    waits_check(chat_pk=turn.conversation_id)
+    """Every reply's end comes here: most chats have no one waiting for them, and for those
+    one plain indexed query answers, not the look (a few ms of building it, a reply's
+    largest single cost when nothing waits, and it holds SQLite's writer meanwhile)."""
+    if waits_on(chat_pk=turn.conversation_id):
+        waits_check(chat_pk=turn.conversation_id)
+
+
+def waits_on(*, chat_pk: int) -> bool:
+    """Whether a wait still waits for this chat, or for one of its tasks."""
+    return (
+        Wait.objects.filter(state=WaitState.WAITING)
+        .filter(Q(target_chat_id=chat_pk) | Q(target_task__chat_id=chat_pk))
+        .exists()
+    )
 
 
 def on_event(event: events.Event) -> None:

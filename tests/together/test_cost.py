@@ -169,6 +169,53 @@ def test_the_look_every_30_seconds_is_one_query_whatever_the_number_of_waits(
     assert Wait.objects.filter(state=WaitState.WAITING).count() == n
 
 
+def _waiting_on(owner, agent, workspace, *, task: bool) -> tuple[Wait, Turn]:
+    """A chat waiting for a target that has just stopped working (its one reply ended), or
+    for a task that target ran; and that target's ended reply."""
+    waiter = Conversation.objects.create(owner=owner, agent=agent, title="W", folder=str(workspace))
+    target = Conversation.objects.create(owner=owner, agent=agent, title="T", folder=str(workspace))
+    ended = Turn.objects.create(
+        conversation=target, number=1, folder=target.folder, ended_at=timezone.now()
+    )
+    if task:
+        done = Task.objects.create(parent=waiter, chat=target, title="Job", state=TaskState.DONE)
+        kind, public_id, fields = WaitKind.TASK, done.public_id, {"target_task": done}
+    else:
+        kind, public_id, fields = WaitKind.CHAT, target.public_id, {"target_chat": target}
+    wait = Wait.objects.create(
+        waiter=waiter, kind=kind, target_public_id=public_id, target_title="T", **fields
+    )
+    return wait, ended
+
+
+def test_a_reply_that_ends_with_no_one_waiting_for_its_chat_costs_one_query(
+    owner, agent, workspace
+):
+    """Every reply's end asks whether a wait is on its chat: one plain query, not the look
+    with each wait's target and whether it still works (a few ms to build, every reply)."""
+    _waiting(owner, agent, workspace, 20)
+    nobody = Conversation.objects.create(
+        owner=owner, agent=agent, title="Nobody waits", folder=str(workspace)
+    )
+    ended = Turn.objects.create(
+        conversation=nobody, number=1, folder=nobody.folder, ended_at=timezone.now()
+    )
+    with CaptureQueriesContext(connection) as captured:
+        waits.after_turn_end(ended)
+    assert len(captured) == 1, [q["sql"] for q in captured]
+    assert "target_working" not in captured[0]["sql"]
+    assert Wait.objects.filter(state=WaitState.WAITING).count() == 20
+
+
+@pytest.mark.parametrize("task", [False, True], ids=["chat", "its task"])
+def test_a_reply_that_ends_wakes_the_wait_on_its_chat_or_its_task(task, owner, agent, workspace):
+    """The end of the reply wakes the wait by itself, with no event to nudge it."""
+    wait, ended = _waiting_on(owner, agent, workspace, task=task)
+    waits.after_turn_end(ended)
+    wait.refresh_from_db()
+    assert wait.state == WaitState.WOKEN
+
+
 def test_an_event_no_one_waits_for_is_one_indexed_query(owner, agent, workspace):
     """Every status event asks whether someone waits for its chat: by the ``wait_target``
     index, not by reading every waiting wait (issue 17 item 4)."""
