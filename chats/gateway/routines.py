@@ -311,7 +311,12 @@ def _last_words(turn: Turn) -> str:
 
 
 def on_run_end(turn: Turn) -> None:
-    """The turn-end hook: the run's first reply ended; record how, and deliver to a chat."""
+    """The turn-end hook: the run's first reply ended; record how, and deliver to a chat.
+
+    Only a routine's runs have run chats (``_run_start``): any other reply's end, most of
+    them, is told apart by its chat's origin, not by asking for a run it doesn't have."""
+    if turn.conversation.origin != Origin.ROUTINE:
+        return
     run = (
         RoutineRun.objects.filter(conversation_id=turn.conversation_id, state=RunState.RUNNING)
         .select_related("routine", "conversation")

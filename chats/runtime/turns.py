@@ -284,7 +284,15 @@ def _after_turn_end(turn: Turn) -> None:
 
 
 def _take_queued_inputs(conversation_id: int) -> Turn | None:
-    """Start the next reply with the person's queued messages, if any."""
+    """Start the next reply with the person's queued messages, if any.
+
+    Asked first without the chat's lock, as most replies end with nothing queued: this
+    runs after the ended reply's commit, so a message queued before it is there to see,
+    and one that comes later finds no reply running and starts its own."""
+    if not QueuedInput.objects.filter(
+        conversation_id=conversation_id, taken_at__isnull=True
+    ).exists():
+        return None
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation_id)
         if conversation.turns.filter(ended_at__isnull=True).exists():
