@@ -15,6 +15,7 @@ from chats import events
 from chats.models import Conversation, Status, Task, TaskState, Turn
 from together import waits
 from together.listing import list_chats
+from together.messages import message_reader
 from together.models import Wait, WaitKind, WaitState
 from together.reader import reader
 
@@ -167,6 +168,18 @@ def test_the_look_every_30_seconds_is_one_query_whatever_the_number_of_waits(
     assert woken == []  # every target still works
     assert len(captured) == 1, [q["sql"] for q in captured]
     assert Wait.objects.filter(state=WaitState.WAITING).count() == n
+
+
+@pytest.mark.parametrize("at_start", [True, False], ids=["a reply's start", "a step"])
+def test_a_step_with_no_message_waiting_asks_one_exists(at_start, owner, agent, workspace):
+    """The message reader runs at every step of every reply: with nothing waiting (nearly
+    always) it costs one EXISTS, not the read of each message with its sender."""
+    chat = Conversation.objects.create(owner=owner, agent=agent, title="C", folder=str(workspace))
+    turn = Turn.objects.create(conversation=chat, number=1, folder=chat.folder)
+    turn = Turn.objects.select_related("conversation").get(pk=turn.pk)
+    with CaptureQueriesContext(connection) as captured:
+        assert message_reader(turn, at_start) == []
+    assert [q["sql"].split(" FROM ")[0] for q in captured] == ['SELECT 1 AS "a"']
 
 
 def _waiting_on(owner, agent, workspace, *, task: bool) -> tuple[Wait, Turn]:
