@@ -8,7 +8,9 @@ kept here; those kept beside what they register are named here too.
 Kept here:
 
 - :func:`add_note_provider`: notes about the world, asked at a turn's start and at
-  each step after (ADR 0094 resource feedback); they must be cheap.
+  each step after (ADR 0094 resource feedback); they must be cheap. With ``waiting``,
+  whether it has anything now, asked first and outside any transaction: a step whose
+  providers all say no takes nothing in, and neither locks its chat nor writes.
 - :func:`add_system_section`: static text for every chat's system text, so it never
   changes while other chats come and go (ADR 0085).
 - :func:`add_turn_end_hook`: run after a reply ends, once its ending is committed.
@@ -73,6 +75,7 @@ class Note:
 
 
 NoteProvider = Callable[["Turn", bool], list[Note]]
+NotesWaiting = Callable[["Turn", bool], bool]
 TurnHook = Callable[["Turn"], None]
 ChatsHook = Callable[[list["Conversation"]], None]
 CardLoader = Callable[["Conversation", list["Entry"]], Mapping[int, Any]]
@@ -87,6 +90,9 @@ class Sweep:
 
 
 note_providers: list[NoteProvider] = []
+# A provider's own look for whether it has anything now, without writing; one without
+# is always asked, under the chat's lock.
+notes_waiting: dict[NoteProvider, NotesWaiting] = {}
 system_sections: list[tuple[int, str]] = []
 turn_end_hooks: list[TurnHook] = []
 before_delete_hooks: list[ChatsHook] = []
@@ -100,9 +106,11 @@ HeldCounter = Callable[[list[int]], Mapping[int, int]]
 held_counters: list[HeldCounter] = []
 
 
-def add_note_provider(provider: NoteProvider) -> None:
+def add_note_provider(provider: NoteProvider, *, waiting: NotesWaiting | None = None) -> None:
     if provider not in note_providers:
         note_providers.append(provider)
+    if waiting is not None:
+        notes_waiting[provider] = waiting
 
 
 def add_system_section(text: str, *, order: int = 100) -> None:

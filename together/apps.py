@@ -16,7 +16,7 @@ class TogetherConfig(AppConfig):
         from together.fulltext import on_post_migrate
         from together.listing import CHATS_LISTED, LOOKING_AT_CHATS
         from together.prompt import TOGETHER_PROMPT
-        from together.reader import reader
+        from together.reader import reader, reader_waiting
         from together.tools import register_tools
 
         # together's own words: the families its tools show, the events its cards change on.
@@ -27,8 +27,8 @@ class TogetherConfig(AppConfig):
         register_tools()
         register_cards()
         hooks.add_system_section(TOGETHER_PROMPT, order=50)
-        hooks.add_note_provider(reader)
-        hooks.add_note_provider(messages.message_reader)
+        hooks.add_note_provider(reader, waiting=reader_waiting)
+        hooks.add_note_provider(messages.message_reader, waiting=messages.messages_waiting)
         hooks.add_turn_end_hook(waits.after_turn_end)
         hooks.add_turn_end_hook(messages.after_turn_end)
         hooks.add_before_delete_hook(messages.on_delete)

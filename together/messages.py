@@ -326,21 +326,31 @@ def message_reader(turn: Turn, at_start: bool) -> list[Note]:
     A message from a chat that read something from outside waits for the next
     reply's start: there its taint is added before the reply reads anything.
     """
-    receiver = turn.conversation
-    waiting = ChatMessage.objects.filter(receiver=receiver, state=MessageState.WAITING)
-    if not at_start:
-        waiting = waiting.filter(sender_taint=Taint.NONE)
-    # Every step of every reply asks; nearly always nothing waits, and a plain EXISTS
-    # answers that for a fraction of the read with each message's sender.
+    waiting = _waiting_for(turn, at_start)
+    # Nearly always nothing waits, and a plain EXISTS answers that for a fraction of the
+    # read with each message's sender (here too: another provider may have had words).
     if not waiting.exists():
         return []
-    waiting = waiting.select_related("sender")
     notes = []
-    for message in list(waiting):
+    for message in list(waiting.select_related("sender")):
         note = take_in(message=message, turn=turn)
         if note:
             notes.append(note)
     return notes
+
+
+def messages_waiting(turn: Turn, at_start: bool) -> bool:
+    """Whether :func:`message_reader` has a message to take in now: one EXISTS."""
+    return _waiting_for(turn, at_start).exists()
+
+
+def _waiting_for(turn: Turn, at_start: bool):
+    waiting = ChatMessage.objects.filter(
+        receiver_id=turn.conversation_id, state=MessageState.WAITING
+    )
+    if not at_start:
+        waiting = waiting.filter(sender_taint=Taint.NONE)
+    return waiting
 
 
 def take_in(*, message: ChatMessage, turn: Turn) -> Note | None:

@@ -10,7 +10,9 @@ when another of the person's chats, working in the same place,
 
 Each chat and each shared file is said once per turn, four lines a turn at
 most. It costs one read of the open turns and, when it says something, one
-write of what it said, whatever the number of chats.
+write of what it said, whatever the number of chats. ``reader_waiting`` is the
+same read with nothing written: the step asks it first, outside any transaction,
+and takes the chat's lock only when there is something to say.
 """
 
 from __future__ import annotations
@@ -77,14 +79,34 @@ def shared_file_line(other: WorkingPlace, path: str) -> str:
 
 def reader(turn: Turn, at_start: bool) -> list[Note]:
     """The notes about other chats for this turn, now. Precondition: ``turn`` was just loaded."""
+    chosen, said_keys, said_count = _chosen(turn)
+    if not chosen:
+        return []
+    said = {
+        "keys": sorted(said_keys | {line.key for line in chosen}),
+        "count": said_count + len(chosen),
+    }
+    Turn.objects.filter(pk=turn.pk).update(notes_said=said)
+    turn.notes_said = said
+    return [Note(line.text(), source="together") for line in chosen]
+
+
+def reader_waiting(turn: Turn, at_start: bool) -> bool:
+    """Whether :func:`reader` has a line to say now: its look, with nothing written."""
+    return bool(_chosen(turn)[0])
+
+
+def _chosen(turn: Turn) -> tuple[list[_Line], set[str], int]:
+    """The lines to say now, what this turn has said already, and how many lines."""
     me = turn.conversation
     if me.taint == Taint.PERSON or me.origin in NOT_YOURS_ORIGINS:
-        return []  # a chat with someone else in it is told nothing
+        return [], set(), 0  # a chat with someone else in it is told nothing
     said = dict(turn.notes_said or {})
     said_keys = set(said.get("keys", []))
-    budget = LIMITS.reader_lines_per_turn - int(said.get("count", 0))
+    said_count = int(said.get("count", 0))
+    budget = LIMITS.reader_lines_per_turn - said_count
     if budget <= 0:
-        return []
+        return [], said_keys, said_count
     points_to_list = offers_together(me)
     my_files = set(turn.files_changed or [])
     candidates: list[_Line] = []
@@ -109,8 +131,6 @@ def reader(turn: Turn, at_start: bool) -> list[Note]:
             candidates.append(_Line(chat_key, 1, _changing(other, turn.folder, points_to_list)))
         elif commands:
             candidates.append(_Line(chat_key, 2, _commands(other)))
-    if not candidates:
-        return []
     chosen: list[_Line] = []
     seen: set[str] = set()
     for line in sorted(candidates, key=lambda line: line.rank):
@@ -118,10 +138,7 @@ def reader(turn: Turn, at_start: bool) -> list[Note]:
             continue
         seen.add(line.key)
         chosen.append(line)
-    said = {"keys": sorted(said_keys | seen), "count": int(said.get("count", 0)) + len(chosen)}
-    Turn.objects.filter(pk=turn.pk).update(notes_said=said)
-    turn.notes_said = said
-    return [Note(line.text(), source="together") for line in chosen]
+    return chosen, said_keys, said_count
 
 
 def _shared(other: WorkingPlace, path: str, folder: str) -> Callable[[], str]:

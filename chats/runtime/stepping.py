@@ -148,11 +148,26 @@ def _gather_notes(turn: Turn, at_start: bool) -> list[str]:
     return notes
 
 
+def _notes_waiting(turn: Turn, at_start: bool) -> bool:
+    """Whether some provider may have something to take in now (one that can't say may)."""
+    for provider in hooks.note_providers:
+        waiting = hooks.notes_waiting.get(provider)
+        if waiting is None or waiting(turn, at_start):
+            return True
+    return False
+
+
 def _take_in(turn: Turn, at_start: bool) -> list[str]:
     """Every intake at this boundary (messages, the reader's lines) and the notes carrying
     it, in one transaction under the chat's lock: a message is never marked read, nor its
     sender's taint carried, without its words written into the chat (issue 13 item 8).
+
+    Most steps have nothing to take in, and the providers say so first, with no lock and
+    no transaction (on SQLite, no turn of its one writer). What comes after they looked is
+    taken in at the next step, as it would be had it come after this one's transaction.
     """
+    if not _notes_waiting(turn, at_start):
+        return []
     with transaction.atomic():
         conversation = Conversation.objects.lock(turn.conversation_id)
         notes = _gather_notes(turn, at_start)

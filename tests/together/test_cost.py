@@ -13,6 +13,8 @@ from django.utils import timezone
 
 from chats import events
 from chats.models import Conversation, Status, Task, TaskState, Turn
+from chats.runtime import stepping
+from tests.gateway.test_inbound_cost import on
 from together import waits
 from together.listing import list_chats
 from together.messages import message_reader
@@ -180,6 +182,26 @@ def test_a_step_with_no_message_waiting_asks_one_exists(at_start, owner, agent, 
     with CaptureQueriesContext(connection) as captured:
         assert message_reader(turn, at_start) == []
     assert [q["sql"].split(" FROM ")[0] for q in captured] == ['SELECT 1 AS "a"']
+
+
+@pytest.mark.parametrize("at_start", [True, False], ids=["a reply's start", "a step"])
+def test_a_step_with_nothing_to_take_in_neither_locks_its_chat_nor_writes(
+    at_start, crowd, owner, agent, tmp_path_factory
+):
+    """Every step asks the note providers: with nothing for it (no message, no other chat
+    changing files here), they say so with no transaction, so no turn of SQLite's writer,
+    and the chat's row is not locked."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")  # 50 chats change files in the crowd's
+    chat = Conversation.objects.create(owner=owner, agent=agent, title="C", folder=str(elsewhere))
+    turn = Turn.objects.create(conversation=chat, number=1, folder=chat.folder)
+    turn = Turn.objects.select_related("conversation").get(pk=turn.pk)
+    with CaptureQueriesContext(connection) as captured:
+        assert stepping._take_in(turn, at_start) == []
+    sqls = [q["sql"] for q in captured]
+    assert not [s for s in sqls if s.startswith(("SAVEPOINT", "BEGIN"))], sqls
+    assert not [s for s in sqls if s.startswith(("INSERT", "UPDATE"))], sqls
+    assert not on("chats_conversation", sqls), sqls  # the chat's row is not read to lock it
+    assert len(sqls) <= 2, sqls  # whether a message waits; the working chats' places
 
 
 def _waiting_on(owner, agent, workspace, *, task: bool) -> tuple[Wait, Turn]:
