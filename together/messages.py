@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count, F
+from django.db.models import Count, F, QuerySet
 from django.utils import timezone
 
 from chats import events
@@ -344,7 +344,7 @@ def messages_waiting(turn: Turn, at_start: bool) -> bool:
     return _waiting_for(turn, at_start).exists()
 
 
-def _waiting_for(turn: Turn, at_start: bool):
+def _waiting_for(turn: Turn, at_start: bool) -> QuerySet[ChatMessage]:
     waiting = ChatMessage.objects.filter(
         receiver_id=turn.conversation_id, state=MessageState.WAITING
     )
