@@ -412,8 +412,7 @@ def waits_check(*, chat_pk: int | None = None, task_pk: int | None = None) -> li
         )
     )
     if chat_pk is not None:
-        tasks = Task.objects.filter(chat_id=chat_pk).values("pk")
-        waits = waits.filter(Q(target_chat_id=chat_pk) | Q(target_task_id__in=tasks))
+        waits = waits.filter(_on_chat(chat_pk))
     elif task_pk is not None:
         waits = waits.filter(target_task_id=task_pk)
     woken: list[Wait] = []
@@ -550,11 +549,13 @@ def after_turn_end(turn: Turn) -> None:
 
 def waits_on(*, chat_pk: int) -> bool:
     """Whether a wait still waits for this chat, or for one of its tasks."""
-    return (
-        Wait.objects.filter(state=WaitState.WAITING)
-        .filter(Q(target_chat_id=chat_pk) | Q(target_task__chat_id=chat_pk))
-        .exists()
-    )
+    return Wait.objects.filter(_on_chat(chat_pk), state=WaitState.WAITING).exists()
+
+
+def _on_chat(chat_pk: int) -> Q:
+    """A wait's target is this chat, or one of its tasks."""
+    tasks = Task.objects.filter(chat_id=chat_pk).values("pk")
+    return Q(target_chat_id=chat_pk) | Q(target_task_id__in=tasks)
 
 
 def on_event(event: events.Event) -> None:
