@@ -109,7 +109,7 @@ def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
     is handed in the order it was handed, one batch after another; only when it is
     :data:`HANDED_MAX` batches behind does a thread wait, as before, for its own.
     """
-    from channels.layers import get_channel_layer
+    from channels.layers import InMemoryChannelLayer, get_channel_layer
 
     layer = get_channel_layer()
     if layer is None:
@@ -131,6 +131,15 @@ def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
             if sent is not None:
                 sent.result(timeout=10 + len(messages) / 1_000)
             return
+    if loop is not None and not loop.is_running() and not loop.is_closed():
+        # The server's loop is bound but not running: not started yet, or stopped (Ctrl-C,
+        # SIGTERM) while a request or a reply was still writing. asgiref would hand the sends
+        # from a request's thread to that loop and wait for it forever, holding SQLite's
+        # writer turn, so the runner never stopped and the server never exited.
+        if isinstance(layer, InMemoryChannelLayer):
+            return  # its only listeners are that loop's sockets: there are none to tell
+        async_to_sync(_send_all, force_new_loop=True)(layer, group, messages)  # Redis's
+        return
     async_to_sync(_send_all)(layer, group, messages)
 
 

@@ -1,13 +1,17 @@
 """A thread that publishes hands its events to the server's loop and goes on: it never
 waits for the loop to send them, the loop sends them in the order they were handed, and
-only a loop far behind makes a thread wait for its own (chats/events.py)."""
+only a loop far behind makes a thread wait for its own, and a loop that has stopped holds
+no thread at all (chats/events.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import InMemoryChannelLayer
 
 from chats import events
 
@@ -97,3 +101,47 @@ def test_a_loop_far_behind_makes_the_thread_wait_for_its_own(layer, server_loop,
     assert done.wait(WAIT)
     thread.join(WAIT)
     assert [n for _, n in layer.sent] == [1, 2]
+
+
+def _published_as_the_server_stops(monkeypatch, layer) -> bool:
+    """A request's sync part, on its own thread, publishes after the server's loop has
+    stopped (Ctrl-C, SIGTERM): whether its send returned. A send that waits for the stopped
+    loop is let go afterwards (the loop runs once more), so a failing test never hangs."""
+    monkeypatch.setattr("channels.layers.get_channel_layer", lambda: layer)
+    loop = asyncio.new_event_loop()
+    monkeypatch.setattr(events, "_server_loop", loop)
+    in_view, stopped, returned = threading.Event(), threading.Event(), threading.Event()
+
+    def view() -> None:
+        in_view.set()
+        stopped.wait(WAIT)
+        events._group_send_many("owner.1", [{"type": "conch.event", "n": 1}])
+        returned.set()
+
+    request_thread = ThreadPoolExecutor(max_workers=1)  # as conch/handler.py keeps one
+    loop.create_task(sync_to_async(view, thread_sensitive=False, executor=request_thread)())
+    serving = threading.Thread(target=loop.run_forever, daemon=True)
+    serving.start()
+    assert in_view.wait(WAIT)
+    loop.call_soon_threadsafe(loop.stop)
+    serving.join(WAIT)
+    stopped.set()
+    took_it = returned.wait(2)
+    if not took_it:
+        loop.run_until_complete(asyncio.sleep(0.2))  # the stuck send goes, the thread with it
+    request_thread.shutdown(wait=False)
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    return took_it
+
+
+def test_an_event_published_as_the_server_stops_does_not_hold_its_thread(monkeypatch):
+    # The in-memory layer's only listeners were the stopped loop's sockets: nothing to send.
+    assert _published_as_the_server_stops(monkeypatch, InMemoryChannelLayer())
+
+
+def test_an_event_published_as_the_server_stops_still_reaches_redis(monkeypatch):
+    # Another server's pages listen on Redis: the send goes, on a loop of its own.
+    layer = SlowLayer()
+    assert _published_as_the_server_stops(monkeypatch, layer)
+    assert layer.sent == [("owner.1", 1)]
