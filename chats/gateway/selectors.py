@@ -41,17 +41,30 @@ def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound) -> C
     it meanwhile makes it not found, on PostgreSQL too) and the chat's lock is taken before
     its origin's row, in the order every other writer takes them.
 
-    One statement written out: the ORM took ~20 times longer to build and compile this
-    query (an annotation, an Exists, a join, deferred fields) than the database to run it.
-    tests/gateway/test_session_lookup.py holds it to the rules the ORM wrote.
+    One statement written out (on PostgreSQL, two: the lock, then the read): the ORM took
+    ~20 times longer to build and compile this query (an annotation, an Exists, a join,
+    deferred fields) than the database to run it. tests/gateway/test_session_lookup.py
+    holds it to the rules the ORM wrote.
     """
     dm = inbound.chat_type == ChatType.DM
     params: list[Any] = []
     if dm:
         params += [owner.pk, inbound.channel, inbound.account_id, inbound.peer]
-    params += [agent_id, session_key, owner.pk]
+    key = [agent_id, session_key, owner.pk]
+    if connection.features.has_select_for_update:
+        # PostgreSQL: the lock first, the read after it. A statement that waited for the
+        # lock reads as the database was when it began (READ COMMITTED): a message that
+        # waited for another's commit would not see the reply that one started, and would
+        # start a second (a 500 on one_open_turn_per_chat, the message lost). On SQLite the
+        # transaction's first read comes after its write lock: one statement does both.
+        with connection.cursor() as cursor:
+            cursor.execute(_session_lock_sql(vendor=connection.vendor), key)
+            locked = cursor.fetchone()
+        if locked is None:
+            return None
+        key = [locked[0]]
     sql = _session_sql(vendor=connection.vendor, dm=dm)
-    found = next(iter(Conversation.objects.raw(sql, params)), None)
+    found = next(iter(Conversation.objects.raw(sql, params + key)), None)
     if found is None:
         return None
     read = vars(found)  # the columns that are no field of the chat's, as raw() sets them
@@ -124,17 +137,38 @@ def _session_sql(*, vendor: str, dm: bool) -> str:
     for name in ("conversation_id", "channel", "account_id", "reply_to", "rule"):
         alias = "gateway_id" if name == "conversation_id" else f"gateway_{name}"
         columns.append(f"{origin}.{qn(name)} AS {qn(alias)}")
-    sql = (
+    where = (
+        # Locked by _session_lock_sql already, found by its id.
+        f"{chat}.{qn('id')} = %s"
+        if connection.features.has_select_for_update
+        else _SESSION_LIVE.format(chat=chat, **{name: qn(name) for name in _SESSION_COLUMNS})
+    )
+    return (
         f"SELECT {', '.join(columns)} FROM {chat}"
         f" LEFT OUTER JOIN {origin} ON {origin}.{qn('conversation_id')} = {chat}.{qn('id')}"
-        f" WHERE {chat}.{qn('agent_id')} = %s AND {chat}.{qn('session_key')} = %s"
-        f" AND NOT {chat}.{qn('archived')} AND {chat}.{qn('owner_id')} = %s LIMIT 1"
+        f" WHERE {where} LIMIT 1"
     )
-    if connection.features.has_select_for_update:
-        # of: the chat's row only (the origin is the nullable side of the join), and no_key,
-        # as Conversation.objects.locked() takes it.
-        sql += " " + connection.ops.for_update_sql(of=(chat,), no_key=True)
-    return sql
+
+
+# A session's live generation: its agent, its key, not archived, its owner.
+_SESSION_COLUMNS = ("agent_id", "session_key", "archived", "owner_id")
+_SESSION_LIVE = (
+    "{chat}.{agent_id} = %s AND {chat}.{session_key} = %s"
+    " AND NOT {chat}.{archived} AND {chat}.{owner_id} = %s"
+)
+
+
+@functools.cache
+def _session_lock_sql(*, vendor: str) -> str:
+    """The statement that finds the session's live generation and locks its row. of: the
+    chat's row only; no_key, as Conversation.objects.lock() takes it."""
+    qn = connection.ops.quote_name
+    chat = qn(Conversation._meta.db_table)
+    live = _SESSION_LIVE.format(chat=chat, **{name: qn(name) for name in _SESSION_COLUMNS})
+    return (
+        f"SELECT {chat}.{qn('id')} FROM {chat} WHERE {live} LIMIT 1 "
+        + connection.ops.for_update_sql(of=(chat,), no_key=True)
+    )
 
 
 def session_key_taken(*, session_key: str, owner) -> bool:

@@ -6,6 +6,8 @@ On SQLite a message's transaction takes the database's write lock at its start
 (IMMEDIATE), so only PostgreSQL can show the row lock is there. A child ``manage.py
 shell`` makes the session through the door, then looks it up inside a transaction
 while a second connection tries to lock the same row without waiting.
+
+And two messages to one session at once start one reply and queue the other.
 """
 
 from __future__ import annotations
@@ -86,6 +88,104 @@ print("RESULT " + json.dumps({
     "before": before, "during": during, "after": after, "owner_said": owner_said,
 }))
 """
+
+
+# Two messages to one session at once, on PostgreSQL: A starts a reply and, before it
+# commits, B reads the session and waits for its row lock. Run in a child manage.py shell.
+AT_ONCE = r"""
+import json
+import os
+import threading
+import time
+
+import psycopg
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+from django.utils import timezone
+
+from chats.gateway import services
+from chats.gateway.services import gateway_token_rotate
+from chats.models import Agent, Turn, TurnState
+
+owner = get_user_model().objects.create(username="owner", is_superuser=True)
+Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
+token = gateway_token_rotate(owner=owner)
+
+
+def post(n):
+    # Not raise_request_exception: a client hears every thread's failed request, not its own.
+    client = Client(HTTP_HOST="127.0.0.1", raise_request_exception=False)
+    body = {"channel": "telegram", "chat_type": "dm", "peer": "alice", "message_id": str(n),
+            "text": f"hello {n}"}
+    try:
+        response = client.post("/gateway/inbound", json.dumps(body),
+                               content_type="application/json",
+                               HTTP_AUTHORIZATION=f"Bearer {token}")
+        outcome = response.json().get("outcome") if response.status_code < 500 else None
+        return [response.status_code, outcome]
+    finally:
+        connection.close()
+
+
+assert post(1) == [202, "started"]
+# Its reply ended: the next message starts one.
+Turn.objects.update(ended_at=timezone.now(), state=TurnState.COMPLETED)
+
+a_written, a_go = threading.Event(), threading.Event()
+receipt = services._receipt
+
+
+def held_receipt(inbound, *args, **kwargs):
+    receipt(inbound, *args, **kwargs)
+    if inbound.message_id == "2":  # A: written, not committed
+        a_written.set()
+        a_go.wait(30)
+
+
+services._receipt = held_receipt
+answers = {}
+def run(name, n):
+    answers[name] = post(n)
+
+
+a = threading.Thread(target=run, args=("a", 2))
+b = threading.Thread(target=run, args=("b", 3))
+a.start()
+assert a_written.wait(30)
+b.start()
+watcher = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+waiting = 0
+for _ in range(600):  # B waits for A's lock on the chat's row
+    waiting = watcher.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock'"
+    ).fetchone()[0]
+    if waiting:
+        break
+    time.sleep(0.05)
+a_go.set()
+a.join(30)
+b.join(30)
+open_replies = Turn.objects.filter(ended_at__isnull=True).count()
+print("RESULT " + json.dumps({"waiting": waiting, **answers, "open_replies": open_replies}))
+"""
+
+
+def test_two_messages_at_once_to_one_session_on_postgresql_start_one_reply_and_queue_one(
+    scaleout,
+):
+    """B read whether a reply runs in the statement that waited for A's lock, from that
+    statement's snapshot: A's new reply unseen, B started a second one and failed on
+    one_open_turn_per_chat (a 500, the message lost). SQLite's writers never overlap."""
+    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
+    done = manage_ok("shell", "-c", AT_ONCE, env=scaleout.env, timeout=120)
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    found = json.loads(line.removeprefix("RESULT "))
+    assert found["waiting"] == 1  # B did wait for A's lock: the case is the one meant
+    assert found["a"] == [202, "started"]
+    assert found["b"] == [202, "queued"]
+    assert found["open_replies"] == 1
 
 
 def test_a_messages_session_lookup_holds_the_chats_row_lock_on_postgresql(scaleout):
