@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import io
-import json
 import os
 import re
 import signal
@@ -16,7 +15,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,7 +35,7 @@ from tests.commands import (
     wait_until_ended,
 )
 from tests.loopback_model import LoopbackModel
-from tests.scaleout.processes import REPO, process_env, wait_until
+from tests.scaleout.processes import REPO, process_env, stopped_under_load, wait_until
 
 _SCRIPT = Path(sys.executable).with_name("conch")
 CONCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "conch.cli"]
@@ -210,49 +208,10 @@ def test_serve_stops_on_sigterm_while_messages_are_coming_in(home, env):
     holds the cause itself)."""
     log = home / "serve.log"
     server = start("serve", "--port", "0", env=env, log=log)
-    stopping = threading.Event()
-    taken: list[int] = []
-    try:
-        found = wait_until(
-            lambda: LINK.search(log.read_text()), timeout=30, what="the link", watch=[server]
-        )
-        port = int(found.group(1))
-        made = conch("conch_gateway_token", env=env)
-        assert made.returncode == 0, made.stderr
-        token = made.stdout.strip()
-
-        def send(sender: int) -> None:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-            n = 0
-            try:
-                while not stopping.is_set():
-                    n += 1
-                    body = {"channel": "webhook", "account_id": "default", "peer": f"p{n % 5}",
-                            "chat_type": "dm", "message_id": f"{sender}-{n}", "text": "hi"}  # fmt: skip
-                    connection.request("POST", "/gateway/inbound", json.dumps(body), headers)
-                    response = connection.getresponse()
-                    response.read()
-                    taken.append(response.status)
-            except (OSError, http.client.HTTPException):
-                pass  # the server went away mid-request: as it should
-            finally:
-                connection.close()
-
-        senders = [threading.Thread(target=send, args=(n,), daemon=True) for n in range(4)]
-        for sender in senders:
-            sender.start()
-        wait_until(lambda: len(taken) >= 200, timeout=60, what="messages", watch=[server])
-        server.send_signal(signal.SIGTERM)
-        code = server.wait(timeout=20)
-    finally:
-        stopping.set()
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    assert code == 0, log.read_text()
+    code, answers = stopped_under_load(server, log, [*CONCH, "conch_gateway_token"], env=env)
+    assert code == 0, f"exit status {code} (None: running 20 s after SIGTERM)\n{log.read_text()}"
     assert "Conch stopped." in log.read_text()
-    assert set(taken) == {202}
+    assert set(answers) == {202}
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "example.com"])

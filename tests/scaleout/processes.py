@@ -6,10 +6,15 @@ Redis runs in a child ``manage.py`` with ``DATABASE_URL`` and ``REDIS_URL`` set.
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
+import re
 import select
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -94,3 +99,76 @@ def wait_until(
     finally:
         for fd in ends:
             os.close(fd)
+
+
+class InboundLoad:
+    """Messages sent to a server's ``POST /gateway/inbound`` on a few kept-alive connections
+    at once, each answered before the next, until the ``with`` block ends or the server goes
+    away. ``statuses``: every answer's status, in the order they came."""
+
+    def __init__(self, port: int, token: str, *, senders: int = 4) -> None:
+        self.port, self.token = port, token
+        self.statuses: list[int] = []
+        self._stopping = threading.Event()
+        self._senders = [
+            threading.Thread(target=self._send, args=(n,), daemon=True) for n in range(senders)
+        ]
+
+    def __enter__(self) -> InboundLoad:
+        for sender in self._senders:
+            sender.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stopping.set()
+        for sender in self._senders:
+            sender.join(15)
+
+    def _send(self, sender: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        n = 0
+        try:
+            while not self._stopping.is_set():
+                n += 1
+                body = {"channel": "webhook", "account_id": "default", "peer": f"p{n % 5}",
+                        "chat_type": "dm", "message_id": f"{sender}-{n}", "text": "hi"}  # fmt: skip
+                connection.request("POST", "/gateway/inbound", json.dumps(body), headers)
+                response = connection.getresponse()
+                response.read()
+                self.statuses.append(response.status)
+        except (OSError, http.client.HTTPException):
+            pass  # the server went away mid-request
+        finally:
+            connection.close()
+
+
+def stopped_under_load(server: subprocess.Popen, log: Path, token_command: Sequence[str], *,
+                       env: dict[str, str]) -> tuple[int | None, list[int]]:  # fmt: skip
+    """SIGTERM ``server`` (started with ``--port 0``; its link in ``log``) while messages
+    are coming in: its exit status (None past 20 s, when it is killed) and the answers."""
+    try:
+        found = wait_until(
+            lambda: re.search(r"http://127\.0\.0\.1:(\d+)/", log.read_text()),
+            timeout=60,
+            what="the server's address",
+            watch=[server],
+        )
+        made = subprocess.run(
+            token_command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert made.returncode == 0, made.stderr
+        assert found is not None
+        with InboundLoad(int(found.group(1)), made.stdout.strip()) as load:
+            wait_until(
+                lambda: len(load.statuses) >= 200, timeout=60, what="messages", watch=[server]
+            )
+            server.send_signal(signal.SIGTERM)
+            try:
+                return server.wait(timeout=20), load.statuses
+            except subprocess.TimeoutExpired:
+                return None, load.statuses
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

@@ -7,16 +7,19 @@ On SQLite a message's transaction takes the database's write lock at its start
 shell`` makes the session through the door, then looks it up inside a transaction
 while a second connection tries to lock the same row without waiting.
 
-And two messages to one session at once start one reply and queue the other.
+And two messages to one session at once start one reply and queue the other, and a
+server on PostgreSQL and Redis stops on SIGTERM while messages are coming in.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
-from tests.scaleout.processes import manage_ok
+from tests.scaleout.processes import MANAGE, REPO, manage_ok, stopped_under_load
 
 pytestmark = pytest.mark.scaleout
 
@@ -200,3 +203,26 @@ def test_a_messages_session_lookup_holds_the_chats_row_lock_on_postgresql(scaleo
     assert found["during"] == ["locked", "free"]
     # Who the owner is, as the ORM's query says: a channel in any case, one account, one peer.
     assert found["owner_said"] == [[True, True], [False, False], [False, False]]
+
+
+def test_a_server_on_postgresql_and_redis_stops_on_sigterm_while_messages_come_in(
+    scaleout, tmp_path
+):
+    """As on SQLite (tests/conch/test_cli.py): a request's events after the loop stopped
+    go to Redis on a loop of their own, and the server exits."""
+    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, str(MANAGE), "serve", "--port", "0"],
+            cwd=REPO,
+            env=scaleout.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    token_command = [sys.executable, str(MANAGE), "conch_gateway_token"]
+    code, answers = stopped_under_load(server, log, token_command, env=scaleout.env)
+    assert code == 0, f"exit status {code} (None: running 20 s after SIGTERM)\n{log.read_text()}"
+    assert "Conch stopped." in log.read_text()
+    assert set(answers) == {202}
