@@ -138,10 +138,9 @@ def _session_sql(*, vendor: str, dm: bool) -> str:
         alias = "gateway_id" if name == "conversation_id" else f"gateway_{name}"
         columns.append(f"{origin}.{qn(name)} AS {qn(alias)}")
     where = (
-        # Locked by _session_lock_sql already, found by its id.
-        f"{chat}.{qn('id')} = %s"
+        f"{chat}.{qn('id')} = %s"  # locked by _session_lock_sql already, found by its id
         if connection.features.has_select_for_update
-        else _SESSION_LIVE.format(chat=chat, **{name: qn(name) for name in _SESSION_COLUMNS})
+        else _session_live(chat)
     )
     return (
         f"SELECT {', '.join(columns)} FROM {chat}"
@@ -150,12 +149,13 @@ def _session_sql(*, vendor: str, dm: bool) -> str:
     )
 
 
-# A session's live generation: its agent, its key, not archived, its owner.
-_SESSION_COLUMNS = ("agent_id", "session_key", "archived", "owner_id")
-_SESSION_LIVE = (
-    "{chat}.{agent_id} = %s AND {chat}.{session_key} = %s"
-    " AND NOT {chat}.{archived} AND {chat}.{owner_id} = %s"
-)
+def _session_live(chat: str) -> str:
+    """Where a session's live generation is: its agent, its key, not archived, its owner."""
+    qn = connection.ops.quote_name
+    return (
+        f"{chat}.{qn('agent_id')} = %s AND {chat}.{qn('session_key')} = %s"
+        f" AND NOT {chat}.{qn('archived')} AND {chat}.{qn('owner_id')} = %s"
+    )
 
 
 @functools.cache
@@ -164,9 +164,8 @@ def _session_lock_sql(*, vendor: str) -> str:
     chat's row only; no_key, as Conversation.objects.lock() takes it."""
     qn = connection.ops.quote_name
     chat = qn(Conversation._meta.db_table)
-    live = _SESSION_LIVE.format(chat=chat, **{name: qn(name) for name in _SESSION_COLUMNS})
     return (
-        f"SELECT {chat}.{qn('id')} FROM {chat} WHERE {live} LIMIT 1 "
+        f"SELECT {chat}.{qn('id')} FROM {chat} WHERE {_session_live(chat)} LIMIT 1 "
         + connection.ops.for_update_sql(of=(chat,), no_key=True)
     )
 
