@@ -214,3 +214,20 @@ def test_a_malformed_conch_secrets_key_stops_start_up_naming_it_and_not_echoing_
     assert done.returncode == 1
     assert "CONCH_SECRETS_KEY must be Fernet keys" in done.stderr
     assert "not-a-fernet-key-at-all" not in done.stderr
+
+
+def test_a_test_runs_own_home_is_removed_when_the_run_ends():
+    """tests/envplugin.py gives a run with no CONCH_HOME one of its own in the temporary
+    folder; it goes when the run does, keys and all: they used to pile up, one a run."""
+    env = {k: v for k, v in process_env(Path("unused")).items() if k != "CONCH_HOME"}
+    made = subprocess.run(
+        [sys.executable, "-c", "import os, tests.envplugin; print(os.environ['CONCH_HOME'])"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    home = Path(made.stdout.strip())
+    assert home.name.startswith("conch-test-home-")
+    assert not home.exists()
