@@ -99,7 +99,6 @@ AT_ONCE = r"""
 import json
 import os
 import threading
-import time
 
 import psycopg
 from django.contrib.auth import get_user_model
@@ -110,6 +109,7 @@ from django.utils import timezone
 from chats.gateway import services
 from chats.gateway.services import gateway_token_rotate
 from chats.models import Agent, Turn, TurnState
+from tests.scaleout.processes import wait_until
 
 owner = get_user_model().objects.create(username="owner", is_superuser=True)
 Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
@@ -148,6 +148,8 @@ def held_receipt(inbound, *args, **kwargs):
 
 services._receipt = held_receipt
 answers = {}
+
+
 def run(name, n):
     answers[name] = post(n)
 
@@ -158,15 +160,17 @@ a.start()
 assert a_written.wait(30)
 b.start()
 watcher = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
-waiting = 0
-for _ in range(600):  # B waits for A's lock on the chat's row
-    waiting = watcher.execute(
+
+
+def lock_waits():
+    return watcher.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
         " AND wait_event_type = 'Lock'"
     ).fetchone()[0]
-    if waiting:
-        break
-    time.sleep(0.05)
+
+
+# B waits for A's lock on the chat's row: PostgreSQL sends no word of it, so it is looked at.
+waiting = wait_until(lock_waits, timeout=30, what="B to wait for A's lock")
 a_go.set()
 a.join(30)
 b.join(30)
