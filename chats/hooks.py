@@ -89,10 +89,9 @@ class Sweep:
     last: float = 0.0
 
 
-note_providers: list[NoteProvider] = []
-# A provider's own look for whether it has anything now, without writing; one without
-# is always asked, under the chat's lock.
-notes_waiting: dict[NoteProvider, NotesWaiting] = {}
+# Each provider, in the order added, with its own look for whether it has anything now,
+# without writing (None: it can't say, and is always asked, under the chat's lock).
+note_providers: dict[NoteProvider, NotesWaiting | None] = {}
 system_sections: list[tuple[int, str]] = []
 turn_end_hooks: list[TurnHook] = []
 before_delete_hooks: list[ChatsHook] = []
@@ -107,10 +106,8 @@ held_counters: list[HeldCounter] = []
 
 
 def add_note_provider(provider: NoteProvider, *, waiting: NotesWaiting | None = None) -> None:
-    if provider not in note_providers:
-        note_providers.append(provider)
-    if waiting is not None:
-        notes_waiting[provider] = waiting
+    if provider not in note_providers or waiting is not None:
+        note_providers[provider] = waiting
 
 
 def add_system_section(text: str, *, order: int = 100) -> None:

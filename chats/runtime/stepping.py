@@ -150,8 +150,7 @@ def _gather_notes(turn: Turn, at_start: bool) -> list[str]:
 
 def _notes_waiting(turn: Turn, at_start: bool) -> bool:
     """Whether some provider may have something to take in now (one that can't say may)."""
-    for provider in hooks.note_providers:
-        waiting = hooks.notes_waiting.get(provider)
+    for waiting in list(hooks.note_providers.values()):
         if waiting is None or waiting(turn, at_start):
             return True
     return False

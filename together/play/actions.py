@@ -246,8 +246,7 @@ class PlayRunner:
         except RunnerKilled:
             pass
         finally:
-            if _dies_at_intake in hooks.note_providers:
-                hooks.note_providers.remove(_dies_at_intake)
+            hooks.note_providers.pop(_dies_at_intake, None)
             self.inputs.killing = None
             self.inputs.restore()
         self.alive = False
