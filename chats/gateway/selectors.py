@@ -11,6 +11,7 @@ from django.db.models import Q, QuerySet
 
 from chats.gateway.models import ChatType, GatewayConfig, OwnerIdentity, SessionOrigin
 from chats.models import Agent, AuthProfile, Conversation, Turn
+from conch.rows import model_from_row
 
 ERR_NOT_THIS_PERSONAS = "That auth profile isn't this persona's."
 
@@ -43,7 +44,8 @@ def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound) -> C
 
     One statement written out (on PostgreSQL, two: the lock, then the read): the ORM took
     ~20 times longer to build and compile this query (an annotation, an Exists, a join,
-    deferred fields) than the database to run it. tests/gateway/test_session_lookup.py
+    deferred fields) than the database to run it, and its row made a chat as the ORM
+    would (:func:`conch.rows.model_from_row`). tests/gateway/test_session_lookup.py
     holds it to the rules the ORM wrote.
     """
     dm = inbound.chat_type == ChatType.DM
@@ -63,29 +65,18 @@ def session_for_inbound(*, agent_id: int, session_key: str, owner, inbound) -> C
         if locked is None:
             return None
         key = [locked[0]]
-    sql = _session_sql(vendor=connection.vendor, dm=dm)
-    found = next(iter(Conversation.objects.raw(sql, params + key)), None)
-    if found is None:
+    with connection.cursor() as cursor:
+        cursor.execute(_session_sql(vendor=connection.vendor, dm=dm), params + key)
+        row = cursor.fetchone()
+    if row is None:
         return None
-    read = vars(found)  # the columns that are no field of the chat's, as raw() sets them
-    read["from_owner"] = bool(read["from_owner"]) if dm else None
-    read["reply_running"] = bool(read["reply_running"])
-    if read["gateway_id"] is not None:
-        # The JSON decoded as the ORM reads it (with no expression: it is a plain column).
-        reply_to = SessionOrigin._meta.get_field("reply_to")
-        text = read["gateway_reply_to"]
-        decoded = reply_to.from_db_value(text, None, connection)  # type: ignore[arg-type]
-        found.gateway = SessionOrigin.from_db(
-            connection.alias,
-            ["conversation_id", "channel", "account_id", "reply_to", "rule"],
-            [
-                read["gateway_id"],
-                read["gateway_channel"],
-                read["gateway_account_id"],
-                decoded,
-                read["gateway_rule"],
-            ],
-        )
+    found = model_from_row(Conversation, INBOUND_READS, row, using=connection.alias)
+    stored, reply_running, *rest = row[len(INBOUND_READS) :]
+    found.routing_version_stored = stored  # type: ignore[attr-defined]
+    found.reply_running = bool(reply_running)  # type: ignore[attr-defined]
+    found.from_owner = bool(rest.pop(0)) if dm else None  # type: ignore[attr-defined]
+    if rest[0] is not None:  # the session's origin, its JSON decoded as the ORM reads it
+        found.gateway = model_from_row(SessionOrigin, ORIGIN_READS, rest, using=connection.alias)
     return found
 
 
@@ -106,6 +97,11 @@ INBOUND_READS = (
     "folder",
     "place",
 )
+
+
+# The session origin's fields it reads, last in the row (after the chat's, and what is
+# no field: the stored routing version, whether a reply runs, a DM's from_owner).
+ORIGIN_READS = ("conversation_id", "channel", "account_id", "reply_to", "rule")
 
 
 @functools.cache
@@ -134,9 +130,7 @@ def _session_sql(*, vendor: str, dm: bool) -> str:
             f" AND ({owners}.{qn('account_id')} = '' OR {owners}.{qn('account_id')} = %s)"
             f" AND {owners}.{qn('peer')} = %s) AS {qn('from_owner')}"
         )
-    for name in ("conversation_id", "channel", "account_id", "reply_to", "rule"):
-        alias = "gateway_id" if name == "conversation_id" else f"gateway_{name}"
-        columns.append(f"{origin}.{qn(name)} AS {qn(alias)}")
+    columns += [f"{origin}.{qn(name)}" for name in ORIGIN_READS]
     where = (
         f"{chat}.{qn('id')} = %s"  # locked by _session_lock_sql already, found by its id
         if connection.features.has_select_for_update

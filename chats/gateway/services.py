@@ -65,6 +65,7 @@ from chats.runtime.chats import (
     someone_elses_words_came,
 )
 from chats.runtime.turns import message_send, message_send_locked, queued_inputs_take
+from conch.rows import model_from_row, model_insert, model_update
 
 log = logging.getLogger(__name__)
 
@@ -102,15 +103,21 @@ def gateway_token_rotate(*, owner) -> str:
 def gateway_token_owner(token: str):
     """Whose gateway this token opens, or None. Looked up by digest: nothing to time.
 
-    Every message at the door asks this first, so it is one statement written out: the
-    ORM's join took longer to build than the database to run it. A revoked token opens
+    Every message at the door asks this first, so it is one statement written out, its
+    row made a user as the ORM would (:mod:`conch.rows`): the ORM's join took longer to
+    build than the database to run it. A revoked token opens
     nothing, from the moment it is revoked: nothing is remembered between messages.
     """
     if not token or not token.startswith(TOKEN_PREFIX):
         return None
-    users = GatewayToken._meta.get_field("owner").related_model._default_manager
-    sql = _token_owner_sql(vendor=connection.vendor)
-    return next(iter(users.raw(sql, [_digest(token)])), None)
+    users = GatewayToken._meta.get_field("owner").related_model
+    with connection.cursor() as cursor:
+        cursor.execute(_token_owner_sql(vendor=connection.vendor), [_digest(token)])
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        columns = [column[0] for column in cursor.description]
+    return model_from_row(users, columns, row, using=connection.alias)
 
 
 @functools.cache
@@ -409,7 +416,7 @@ def _receipt(
     """The message's receipt, written last inside the message's transaction. A twin
     received before (or at once, on PostgreSQL: it waits on the unique row) makes this
     raise IntegrityError, and the whole message is undone: it was a duplicate."""
-    InboundRecord.objects.create(
+    record = InboundRecord(
         channel=inbound.channel,
         account_id=inbound.account_id,
         message_id=inbound.message_id,
@@ -421,6 +428,7 @@ def _receipt(
         shared_dm=route.shared_dm,
         received_at=now,
     )
+    model_insert(record)
 
 
 def _take_in(
@@ -533,7 +541,7 @@ def _take_in(
         reply_running=getattr(chat, "reply_running", None),
     )
     if stamp or not isinstance(sent, Turn):  # a reply started stamped it already, with now
-        Conversation.objects.filter(pk=chat.pk).update(last_interaction_at=now, updated_at=now)
+        model_update(Conversation, chat.pk, last_interaction_at=now, updated_at=now)
     if pending:
         return "reset_pending", chat
     return ("queued" if isinstance(sent, QueuedInput) else "started"), chat

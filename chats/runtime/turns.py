@@ -41,6 +41,7 @@ from chats.runtime.chats import (
     entry_append,
 )
 from chats.runtime.lanes import lane_lock
+from conch.rows import model_insert
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ def message_send_locked(
     if reply_running is None:
         reply_running = conversation.turns.filter(ended_at__isnull=True).exists()
     if reply_running:
-        queued = QueuedInput.objects.create(conversation=conversation, text=text)
+        queued = model_insert(QueuedInput(conversation=conversation, text=text))
         events.publish_chat(conversation, queued=True)
         return queued
     # Messages still queued (their reply was stopped) go first, so none is lost.
