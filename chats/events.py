@@ -220,11 +220,14 @@ def subscribe(callback: Subscriber) -> Callable[[], None]:
 
 
 class _Numbering:
-    """The events one transaction publishes, numbered together once it commits.
+    """The events one transaction publishes, numbered together as it commits.
 
-    Numbered after the commit, in one statement for the whole transaction: a writer
-    never holds the owner's stream row while it works, and a page that reads the
-    sequence number before its state (``regions.page_context``) stays right. Any
+    Numbered in one statement for the whole transaction, once it is done writing: on
+    PostgreSQL after its commit, so a writer never holds the owner's stream row while it
+    works; on SQLite as the transaction's last statement before its COMMIT, since SQLite
+    lets one writer in at a time anyway: the numbers are in commit order all the same,
+    and the change and its numbers are one commit, not two. Either way a page that reads
+    the sequence number before its state (``regions.page_context``) stays right. Any
     event numbered at or below the number it read belongs to a transaction that had
     committed before that read, so its change is in what the page reads next.
     """
@@ -302,6 +305,12 @@ def _numbering(count: int, owner_id: int) -> tuple[_Numbering, int]:
     ):
         numbering = _Numbering(conn.run_on_commit)
         setattr(conn, "conch_numbering", numbering)  # noqa: B010 (one per connection)
+        as_it_commits = getattr(conn, "before_commit", None)
+        if as_it_commits is not None and conn.in_atomic_block:
+            # SQLite (conch.sqlite3): numbered in the transaction, as the last thing it writes.
+            # Its writers go one at a time, so the numbers are in commit order all the same,
+            # and the change and its numbers are one commit, not two.
+            as_it_commits.append(numbering.numbered)
     return numbering, numbering.take(owner_id, count)
 
 
@@ -309,7 +318,9 @@ def _next_seq(owner_id: int, count: int = 1) -> int:
     """Take ``count`` sequence numbers for the owner in one statement; returns the last.
 
     Runs after the commit of the transaction that published them, in autocommit: the
-    row is held only for this statement.
+    row is held only for this statement. On SQLite it runs inside that transaction, just
+    before its COMMIT (``conch.sqlite3``'s ``before_commit``), where the database's
+    write lock is held already.
     """
     table = EventStream._meta.db_table
     sql = f"UPDATE {table} SET seq = seq + %s WHERE owner_id = %s RETURNING seq"

@@ -14,6 +14,7 @@ writers (:mod:`conch.sqlite3.writers`), not in SQLite's busy handler.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from django.db.backends.sqlite3 import base
 
@@ -45,6 +46,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         # Held from BEGIN to COMMIT or ROLLBACK, or to the end of the commit's hooks.
         self._writer_turn: WriterQueue | None = None
         self._writer_hooks = False  # running a commit's hooks, in its turn
+        # Run in the transaction, just before its COMMIT, in its writer's turn: what must be
+        # written with the change and after everything else it writes (its events' numbers).
+        self.before_commit: list[Callable[[], object]] = []
         self.execute_wrappers.append(_queued_write)
 
     def _writers_wait(self) -> None:
@@ -75,6 +79,8 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def _commit(self):
         try:
+            while self.before_commit:
+                self.before_commit.pop(0)()
             return super()._commit()  # type: ignore[misc]
         finally:
             # A commit's hooks run in its turn (run_and_clear_commit_hooks lets go): what a
@@ -94,6 +100,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             self._writers_done()
 
     def _rollback(self):
+        self.before_commit.clear()
         try:
             return super()._rollback()  # type: ignore[misc]
         finally:
@@ -101,6 +108,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 self._writers_done()
 
     def _close(self):
+        self.before_commit.clear()
         try:
             return super()._close()  # type: ignore[misc]
         finally:

@@ -1,4 +1,5 @@
-"""Events are numbered after their transaction commits, the whole transaction in one statement.
+"""Events are numbered as their transaction commits, the whole transaction in one statement:
+on SQLite as the last statement before its COMMIT, elsewhere after it.
 
 A writer never holds the owner's stream row while it works, and a page that read the
 sequence number before its state (``regions.page_context``) never takes a change that
@@ -141,3 +142,27 @@ def test_a_numbering_that_fails_after_commit_fails_no_writer_and_leaves_a_gap_th
 
     assert [m["seq"] for m in sent] == [before + 3]  # before + 1 and + 2: the gap
     assert events.current_seq(owner.pk) == before + 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_sqlite_the_numbers_are_written_by_the_transaction_itself_just_before_it_commits(
+    owner, published
+):
+    """SQLite's writers go one at a time (the write lock is taken at BEGIN), so numbered
+    last inside the transaction the numbers are in commit order all the same, and the
+    change and its numbers are one commit, not two (issue 17, item 2)."""
+    assert connection.vendor == "sqlite"  # the default suite's database
+    chat = ChatFactory(owner=owner)
+    before = events.current_seq(owner.pk)
+    published.clear()
+    with CaptureQueriesContext(connection) as captured:
+        with transaction.atomic():
+            events.publish_chat(chat)
+            events.publish(events.STATUS, owner_id=owner.pk, conversation_id=chat.public_id)
+    sqls = [q["sql"] for q in captured.captured_queries]
+    assert [s for s in sqls if s.startswith(("BEGIN", "COMMIT"))] == ["BEGIN IMMEDIATE", "COMMIT"]
+    committed = sqls.index("COMMIT")
+    assert "chats_eventstream" in sqls[committed - 1]  # numbered, then committed
+    assert len(stream_statements(captured.captured_queries)) == 1  # and never again after
+    assert [e.seq for e in published] == [before + 1, before + 2]
+    assert events.current_seq(owner.pk) == before + 2

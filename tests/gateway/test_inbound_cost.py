@@ -4,8 +4,8 @@ Counted as statements, not transaction control (BEGIN, SAVEPOINT, RELEASE), as t
 issue counted them. A message to a live session reads one row for it (the chat, its
 origin, the stored routing version, whether a reply runs, whether the sender is the
 owner), locked as it is read; the routing index is never reloaded for a message, and
-never asked for its version by a query of its own; events are numbered once, after
-the commit.
+never asked for its version by a query of its own; events are numbered once, as the
+message's transaction commits.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def post(client, token, **fields):
 
 
 def counted(client, token, django_capture_on_commit_callbacks, **fields) -> list[str]:
-    """The statements one message costs, its events' numbering after the commit included."""
+    """The statements one message costs, its events' numbering included."""
     with CaptureQueriesContext(connection) as captured:
         with django_capture_on_commit_callbacks(execute=True):
             response = post(client, token, **fields)
@@ -95,7 +95,7 @@ def test_a_message_to_a_session_whose_reply_runs_costs_at_most_six_queries(
     assert len([s for s in on("chats_conversation", queued) if s.startswith("SELECT")]) == 1
     assert not on("chats_turn", queued)  # the running reply is seen with the chat's row
     assert not on("gateway_gatewayconfig", queued)  # the version rides on the session's row
-    assert len(on("chats_eventstream", queued)) == 1  # numbered once, after the commit
+    assert len(on("chats_eventstream", queued)) == 1  # numbered once
 
 
 def test_a_message_that_starts_a_reply_in_a_live_session_costs_a_bounded_count(
