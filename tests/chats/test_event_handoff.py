@@ -145,3 +145,35 @@ def test_an_event_published_as_the_server_stops_still_reaches_redis(monkeypatch)
     layer = SlowLayer()
     assert _published_as_the_server_stops(monkeypatch, layer)
     assert layer.sent == [("owner.1", 1)]
+
+
+def test_an_event_no_page_of_this_process_listens_for_is_not_handed_to_the_loop(
+    server_loop, monkeypatch
+):
+    """On the in-memory layer (this process's alone) a group with no member has no one to
+    tell: waking the loop would only take the GIL from the writer. A page that joins later
+    says hello with the number read after joining (tests/web/test_consumer.py), so it
+    sees any event it missed by the gap."""
+    layer = InMemoryChannelLayer()
+    monkeypatch.setattr("channels.layers.get_channel_layer", lambda: layer)
+    real_hand = events._hand
+    handed: list[str] = []
+
+    def hand(layer, group, messages, sent) -> None:
+        handed.append(group)
+        real_hand(layer, group, messages, sent)
+
+    monkeypatch.setattr(events, "_hand", hand)
+    events._group_send_many("owner.1", [{"type": "conch.event", "n": 1}])
+    assert handed == []
+
+    def on_loop(coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, server_loop).result(WAIT)
+
+    channel = on_loop(layer.new_channel())
+    on_loop(layer.group_add("owner.1", channel))  # a page of this process listens now
+    events._group_send_many("owner.1", [{"type": "conch.event", "n": 2}])
+    assert handed == ["owner.1"]
+    assert on_loop(layer.receive(channel))["n"] == 2
+    events._group_send_many("owner.2", [{"type": "conch.event", "n": 3}])  # not its group
+    assert handed == ["owner.1"]
