@@ -105,8 +105,8 @@ def gateway_token_owner(token: str):
 
     Every message at the door asks this first, so it is one statement written out, its
     row made a user as the ORM would (:mod:`conch.rows`): the ORM's join took longer to
-    build than the database to run it. A revoked token opens
-    nothing, from the moment it is revoked: nothing is remembered between messages.
+    build than the database to run it. A revoked token opens nothing, from the moment it
+    is revoked: nothing is remembered between messages.
     """
     if not token or not token.startswith(TOKEN_PREFIX):
         return None
