@@ -55,6 +55,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from _setup import throwaway_home
+
 ROOT = Path(__file__).resolve().parent.parent
 CONCH = Path(sys.executable).with_name("conch")
 START_TIMEOUT = 60
@@ -290,7 +292,7 @@ def main() -> None:
 
     own = not args.port
     home = (
-        Path(tempfile.mkdtemp(prefix="conch-bench-inbound-"))
+        throwaway_home("conch-bench-inbound-")  # removed however the bench ends
         if own
         else (args.home or Path(os.environ["CONCH_HOME"])).expanduser()
     )
