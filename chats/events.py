@@ -313,9 +313,7 @@ def _numbering(count: int, owner_id: int) -> tuple[_Numbering, int]:
         setattr(conn, "conch_numbering", numbering)  # noqa: B010 (one per connection)
         as_it_commits = getattr(conn, "before_commit", None)
         if as_it_commits is not None and conn.in_atomic_block:
-            # SQLite (conch.sqlite3): numbered in the transaction, as the last thing it writes.
-            # Its writers go one at a time, so the numbers are in commit order all the same,
-            # and the change and its numbers are one commit, not two.
+            # SQLite (conch.sqlite3): numbered as the last statement before COMMIT (_Numbering).
             as_it_commits.append(numbering.numbered)
     return numbering, numbering.take(owner_id, count)
 

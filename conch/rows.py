@@ -97,8 +97,8 @@ def _insert_plan(model: type[Model], vendor: str, using: str) -> tuple[str, tupl
     """The INSERT the ORM makes for ``model``: every concrete field but the primary key."""
     connection = connections[using]
     meta = model._meta
-    pk = meta.pk
-    if pk is None or not getattr(pk, "db_returning", False):
+    pk = _pk(model)
+    if not getattr(pk, "db_returning", False):
         raise ValueError(f"{model.__name__}'s primary key is not made by the database")
     fields = tuple(field for field in meta.concrete_fields if field is not pk)
     qn = connection.ops.quote_name
