@@ -774,11 +774,21 @@ class _Retry(Exception):
 
 
 class _StreamError(Exception):
-    """An error the server sent inside the stream, in a shape the SDK doesn't raise for."""
+    """An error the server sent inside the stream, in a shape the SDK doesn't raise for.
+
+    It carries what :func:`_transient` reads of the SDK's own errors (``body`` and
+    ``code``), so Conch never builds one of the SDK's exceptions itself: their
+    constructors are the SDK's business, and change between its releases.
+    """
 
     def __init__(self, body: Any) -> None:
         super().__init__("error in the stream")
         self.body = body
+        inner = body.get("error") if isinstance(body, dict) else None
+        code = body.get("code") if isinstance(body, dict) else None
+        if code is None and isinstance(inner, dict):
+            code = inner.get("code")
+        self.code = code
 
 
 class _Halted(Exception):
@@ -970,8 +980,6 @@ def complete(
                     continue
                 reason, wait = _transient(exc, config, key, agent)
             except (_Retry, _StreamError, openai.APIError) as exc:
-                if isinstance(exc, _StreamError):
-                    exc = openai.APIError("error in the stream", request=None, body=exc.body)  # type: ignore[arg-type]
                 reason, wait = _transient(exc, config, key, agent)
             raise _Transient(reason, wait)
 
@@ -1069,6 +1077,7 @@ def _stream_once(
     halt: threading.Event | None,
 ) -> Answer:
     import httpx
+    import openai
     from openai import OpenAI
 
     from chats.engines.http import http_client
@@ -1112,6 +1121,15 @@ def _stream_once(
                         chunk = next(chunks)
                     except StopIteration:
                         break
+                    except (openai.APITimeoutError, openai.APIStatusError):
+                        raise
+                    except openai.APIConnectionError as exc:
+                        # The server answered, then the connection broke mid-answer.
+                        raise _Retry(
+                            ERR_CUT_OFF.format(url=config.base_url, tries="{tries}")
+                        ) from exc
+                    except openai.APIError:
+                        raise  # the server's own words, sent as an error event
                     except ValueError as exc:  # a chunk that isn't JSON
                         if watch.halted or watch.idle:
                             break
@@ -1119,6 +1137,16 @@ def _stream_once(
                             ERR_MALFORMED.format(
                                 url=config.base_url, why=str(exc)[:120], tries="{tries}"
                             )
+                        ) from exc
+                    except Exception as exc:
+                        # Anything else the SDK's reader lets out (a new release's bug, a
+                        # transport error it doesn't wrap): the answer broke off. It is
+                        # never "an internal error": the server is where it went wrong.
+                        if watch.halted or watch.idle:
+                            break
+                        log.warning("The model's stream broke off: %r", exc, exc_info=exc)
+                        raise _Retry(
+                            ERR_CUT_OFF.format(url=config.base_url, tries="{tries}")
                         ) from exc
                     watch.progress()
                     before = len(reading.text)

@@ -233,3 +233,31 @@ def test_retry_after_ms_is_honoured(model_agent, slept):
         turn = run(chat)
     assert turn.state == TurnState.COMPLETED, turn.end_reason
     assert slept == [2.5]
+
+
+@pytest.mark.parametrize(
+    "escaped",
+    [RuntimeError("a new release's bug"), AttributeError("'NoneType' object has no attribute 'x'")],
+    ids=["runtime-error", "attribute-error"],
+)
+def test_whatever_escapes_the_sdks_stream_reader_is_an_answer_that_broke_off(
+    model_agent, slept, monkeypatch, escaped
+):
+    """Not "Conch hit an internal error": the server's stream is where it went wrong, and
+    Conch says so (an SDK release once broke this way mid-stream)."""
+    import openai
+
+    real = openai.Stream.__iter__
+
+    def breaks_after_a_chunk(self):
+        chunks = real(self)
+        yield next(chunks)
+        raise escaped
+
+    monkeypatch.setattr(openai.Stream, "__iter__", breaks_after_a_chunk)
+    with Replay(DONE, DONE, DONE) as replay:
+        chat = chat_on(model_agent, replay, retries=2)
+        turn = run(chat)
+    assert turn.state == TurnState.FAILED
+    assert turn.end_reason == oc.ERR_CUT_OFF.format(url=replay.base_url, tries="3 tries")
+    assert slept and len(slept) == 2  # tried again, as for any answer that broke off
