@@ -547,4 +547,5 @@ def test_ci_runs_the_readme_test_line():
     ci = (REPO / ".ci" / "run").read_text()
     line = next(line for line in readme.splitlines() if line.endswith(".venv/bin/python -m pytest"))
     assert line.startswith("python3 -m venv .venv && ")
+    assert "--require-hashes -r requirements/test.txt" in line
     assert line in ci.splitlines()
