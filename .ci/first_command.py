@@ -146,8 +146,7 @@ def stop(server: subprocess.Popen) -> bool:
     """SIGTERM to the server's process group (bash, and conch serve in it), by its PID;
     whether it stopped within 30 s."""
     if server.poll() is not None:
-        print(f"first command: FAILED: the server had already exited {server.returncode}")
-        return False
+        return False  # it exited before it was stopped: said above
     os.killpg(server.pid, signal.SIGTERM)
     try:
         server.wait(30)
