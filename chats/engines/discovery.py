@@ -12,19 +12,24 @@ words what went wrong. It is the person's own request from their own page, so
 the rules that keep a *model* from reaching private addresses
 (``chats.tools.web``) don't apply here: loopback is the point.
 
-Both use the official ``openai`` SDK, as the engine does.
+Both use the official ``openai`` SDK, as the engine does. It is imported when a
+server is asked, not with this module: the chat pages import this module, and the
+SDK's import is most of the time any ``conch`` command takes to start.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import openai
 from django.conf import settings
 
 from chats.engines.base import EngineError
 from chats.engines.http import http_client
+
+if TYPE_CHECKING:
+    import openai
 
 LOOPBACK = "127.0.0.1"
 PROBE_TIMEOUT = 1.5  # seconds a usual port may take to answer before it counts as nothing there
@@ -59,6 +64,8 @@ def usual_ports() -> dict[int, str]:
 
 
 def _client(base_url: str, key: str, timeout: float) -> openai.OpenAI:
+    import openai
+
     return openai.OpenAI(
         base_url=base_url,
         api_key=key or NO_KEY,
@@ -74,6 +81,8 @@ def models_list(base_url: str, key: str = "", *, timeout: float = LIST_TIMEOUT) 
 
     Raises :class:`EngineError` saying, in words, why there are none to pick.
     """
+    import openai
+
     url = base_url.rstrip("/")
     try:
         with _client(url, key, timeout) as client:
