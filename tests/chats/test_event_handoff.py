@@ -44,8 +44,13 @@ def layer(monkeypatch):
 def server_loop(monkeypatch):
     """The server's event loop, on a thread of its own, bound as ``conch serve`` binds it."""
     loop = asyncio.new_event_loop()
+    running = threading.Event()
+    loop.call_soon_threadsafe(running.set)  # its first callback, once it runs
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
+    # A bound loop that isn't running yet is one events must not hand to: the test
+    # starts once this one runs, however busy the machine (it raced under pytest-xdist).
+    assert running.wait(WAIT), "the loop's thread never ran it"
     monkeypatch.setattr(events, "_server_loop", loop)
     yield loop
     loop.call_soon_threadsafe(loop.stop)
