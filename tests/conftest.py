@@ -5,6 +5,8 @@ Records are made with the factories in tests/factories.py.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from chats.models import Agent, Conversation
@@ -50,3 +52,27 @@ def published():
     unsubscribe = events.subscribe(seen.append)
     yield seen
     unsubscribe()
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix(request):
+    """Each pytest-xdist worker its own test database, as pytest-django gives it, but
+    knowing that ``conch.sqlite3`` is SQLite too.
+
+    pytest-django suffixes the test database's name with the worker's id, and leaves
+    SQLite's alone only for the ``django.db.backends.sqlite3`` engine it knows: for
+    ours it would make up a file name, ``test_/tmp/…/conch.sqlite3_gw0``, in a folder
+    that doesn't exist. Conch's SQLite test database is in memory, which is each
+    process's own, or a file in this process's own home (the browser tests'), so it
+    needs no suffix; any other database (PostgreSQL) gets pytest-django's.
+    """
+    from django.conf import settings
+
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    for database in settings.DATABASES.values():
+        if database["ENGINE"] == "conch.sqlite3":
+            continue
+        test = database.setdefault("TEST", {})
+        test["NAME"] = f"{test.get('NAME') or 'test_' + str(database['NAME'])}_{worker}"
