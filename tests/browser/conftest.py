@@ -175,29 +175,39 @@ def short_lived_server(django_db_setup, django_db_blocker) -> Iterator[ConchServ
     yield from _start(django_db_setup, django_db_blocker, "--websocket-timeout", "2", "--no-runner")
 
 
-@pytest.fixture
+@pytest.fixture(scope="package")
 def chromium():
-    """A fresh Chromium per test. Playwright's sync API runs an event loop in this
-    thread while it is up, so it is stopped before the test database is flushed."""
+    """One Chromium for all the browser tests this process runs (each pytest-xdist
+    worker has its own); each test gets a fresh context of it (``browser_context``),
+    with its own cookies, storage and pages, as pytest-playwright does.
+
+    Playwright's sync API keeps an event loop running in this thread while it is up,
+    and Django refuses ORM calls from a thread with a running loop. The browser
+    tests' own ORM calls, and the flush after each of them, are plain sync code all
+    the same: ``DJANGO_ALLOW_ASYNC_UNSAFE`` says so for as long as the browser is up,
+    and the package scope stops it after this process's last browser test, before
+    any other test runs here.
+    """
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
         raise RuntimeError(f"The browser tests drive Chromium at {CHROMIUM}; install it.")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
-
-
-@pytest.fixture(autouse=True)
-def _orm_beside_playwright(monkeypatch):
-    # Playwright's sync API keeps an event loop in this thread; the test's own
-    # ORM calls (making chats, reading results) are plain sync code all the same.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=CHROMIUM,
+                headless=True,
+                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
+            yield browser
+            browser.close()
+    finally:
+        if before is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
 
 
 @pytest.fixture(autouse=True)
