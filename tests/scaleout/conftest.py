@@ -7,16 +7,21 @@ on a laptop that runs neither.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import sqlite3
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import psycopg
 import pytest
 import redis
 from psycopg import sql
 
-from tests.scaleout.processes import process_env
+from tests.scaleout.processes import manage_ok, process_env
 
 POSTGRES_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -67,15 +72,68 @@ class Scaleout:
         return psycopg.connect(self.database_url, autocommit=True, connect_timeout=5)
 
 
+def _database_url(name: str) -> str:
+    return f"postgres://postgres@127.0.0.1:5432/{name}"
+
+
+def _create_database(name: str, template: str | None = None) -> None:
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        statement += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(statement)
+
+
+def _drop_database(name: str) -> None:
+    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture(scope="session")
+def migrated_template(scaleout_services, tmp_path_factory) -> Iterator[str]:
+    """A PostgreSQL database migrated once for this test process (each pytest-xdist
+    worker has its own), which each test's database copies: ``CREATE DATABASE …
+    TEMPLATE`` takes a fraction of a second, a child's ``migrate`` several."""
+    name = f"conch_template_{uuid.uuid4().hex[:10]}"
+    _create_database(name)
+    try:
+        env = process_env(
+            tmp_path_factory.mktemp("template-home"), DATABASE_URL=_database_url(name)
+        )
+        manage_ok("migrate", "--noinput", "-v0", env=env, timeout=180)
+        yield name
+    finally:
+        _drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory) -> Path:
+    """Conch's SQLite file migrated once for this test process; ``sqlite_home`` copies it."""
+    home = tmp_path_factory.mktemp("sqlite-template-home")
+    manage_ok("migrate", "--noinput", "-v0", env=process_env(home), timeout=180)
+    database = home / "conch.sqlite3"
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the one file
+    return database
+
+
 @pytest.fixture
-def scaleout(scaleout_services, tmp_path) -> Scaleout:
-    """A fresh, empty PostgreSQL database (dropped afterwards) and a unique Redis prefix."""
+def sqlite_home(migrated_sqlite, tmp_path) -> Path:
+    """A CONCH_HOME whose SQLite database is migrated already, for a child Conch."""
+    home = tmp_path / "sqlite-home"
+    home.mkdir(mode=0o700)
+    shutil.copy2(migrated_sqlite, home / "conch.sqlite3")
+    return home
+
+
+def _scaleout(tmp_path: Path, template: str | None) -> Iterator[Scaleout]:
     token = uuid.uuid4().hex[:10]
     name = f"conch_scaleout_{token}"
     prefix = f"conch-scaleout-{token}"
-    database_url = f"postgres://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    database_url = _database_url(name)
+    _create_database(name, template)
     home = tmp_path / "conch-home"
     home.mkdir()
     env = process_env(
@@ -87,10 +145,7 @@ def scaleout(scaleout_services, tmp_path) -> Scaleout:
     try:
         yield Scaleout(name, database_url, prefix, env)
     finally:
-        with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        _drop_database(name)
         client = redis.Redis.from_url(REDIS_URL)
         try:
             keys = list(client.scan_iter(match=f"{prefix}*"))
@@ -98,3 +153,16 @@ def scaleout(scaleout_services, tmp_path) -> Scaleout:
                 client.delete(*keys)
         finally:
             client.close()
+
+
+@pytest.fixture
+def scaleout(scaleout_services, migrated_template, tmp_path) -> Iterator[Scaleout]:
+    """A fresh PostgreSQL database, migrated (a copy of ``migrated_template``) and dropped
+    afterwards, and a unique Redis prefix."""
+    yield from _scaleout(tmp_path, migrated_template)
+
+
+@pytest.fixture
+def scaleout_empty(scaleout_services, tmp_path) -> Iterator[Scaleout]:
+    """As ``scaleout``, with an empty database: for the tests of migrating itself."""
+    yield from _scaleout(tmp_path, None)

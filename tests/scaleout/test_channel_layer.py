@@ -44,7 +44,6 @@ def _create_owner(scaleout) -> int:
 
 
 async def test_an_event_published_in_another_process_reaches_the_owners_group(scaleout):
-    await asyncio.to_thread(manage_ok, "migrate", "--noinput", "-v0", env=scaleout.env)
     owner_id = await asyncio.to_thread(_create_owner, scaleout)
     layer = RedisChannelLayer(hosts=[REDIS_URL], prefix=scaleout.channel_prefix)
     try:
@@ -119,7 +118,6 @@ assert client.post("/signout/").status_code == 302
 
 
 async def test_a_sign_out_in_another_process_reaches_that_sessions_sockets(scaleout):
-    await asyncio.to_thread(manage_ok, "migrate", "--noinput", "-v0", env=scaleout.env)
     signed_in = await asyncio.to_thread(manage_ok, "shell", "-c", SIGN_IN, env=scaleout.env)
     (line,) = [line for line in signed_in.stdout.splitlines() if line.startswith("signed-in ")]
     _, session, group = line.split()

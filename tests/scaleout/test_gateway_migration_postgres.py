@@ -23,11 +23,11 @@ READ = (
 )
 
 
-def test_every_gateway_row_survives_the_move_to_the_gateway_app_on_postgresql(scaleout):
-    manage_ok("migrate", *BEFORE, "--noinput", "-v0", env=scaleout.env, timeout=120)
-    manage_ok("shell", "-c", SEED, env=scaleout.env, timeout=120)
-    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
-    done = manage_ok("shell", "-c", READ, env=scaleout.env, timeout=120)
+def test_every_gateway_row_survives_the_move_to_the_gateway_app_on_postgresql(scaleout_empty):
+    manage_ok("migrate", *BEFORE, "--noinput", "-v0", env=scaleout_empty.env, timeout=120)
+    manage_ok("shell", "-c", SEED, env=scaleout_empty.env, timeout=120)
+    manage_ok("migrate", "--noinput", "-v0", env=scaleout_empty.env, timeout=120)
+    done = manage_ok("shell", "-c", READ, env=scaleout_empty.env, timeout=120)
 
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     assert json.loads(line.removeprefix("RESULT ")) == json.loads(json.dumps(EXPECTED))

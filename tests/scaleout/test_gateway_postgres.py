@@ -93,17 +93,17 @@ print("RESULT " + json.dumps(results))
 
 
 def _doors(env: dict[str, str]) -> dict:
-    manage_ok("migrate", "--noinput", "-v0", env=env, timeout=120)
+    """What the doors answer, in a child Conch on the (migrated) database ``env`` names."""
     done = manage_ok("shell", "-c", SCRIPT, env=env, timeout=120)
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
 
 
-def test_nul_at_the_doors_is_a_400_naming_the_field_on_postgresql_as_on_sqlite(scaleout, tmp_path):
+def test_nul_at_the_doors_is_a_400_naming_the_field_on_postgresql_as_on_sqlite(
+    scaleout, sqlite_home
+):
     postgres = _doors(scaleout.env)
-    home = tmp_path / "sqlite-home"
-    home.mkdir()
-    sqlite = _doors(process_env(home))
+    sqlite = _doors(process_env(sqlite_home))
     assert (postgres["vendor"], sqlite["vendor"]) == ("postgresql", "sqlite")
     assert postgres["database_refuses_nul"], "PostgreSQL would have failed at the write"
 

@@ -185,7 +185,6 @@ def test_two_messages_at_once_to_one_session_on_postgresql_start_one_reply_and_q
     """B read whether a reply runs in the statement that waited for A's lock, from that
     statement's snapshot: A's new reply unseen, B started a second one and failed on
     one_open_turn_per_chat (a 500, the message lost). SQLite's writers never overlap."""
-    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
     done = manage_ok("shell", "-c", AT_ONCE, env=scaleout.env, timeout=120)
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     found = json.loads(line.removeprefix("RESULT "))
@@ -196,7 +195,6 @@ def test_two_messages_at_once_to_one_session_on_postgresql_start_one_reply_and_q
 
 
 def test_a_messages_session_lookup_holds_the_chats_row_lock_on_postgresql(scaleout):
-    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
     done = manage_ok("shell", "-c", SCRIPT, env=scaleout.env, timeout=120)
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     found = json.loads(line.removeprefix("RESULT "))
@@ -214,7 +212,6 @@ def test_a_server_on_postgresql_and_redis_stops_on_sigterm_while_messages_come_i
 ):
     """As on SQLite (tests/conch/test_cli.py): a request's events after the loop stopped
     go to Redis on a loop of their own, and the server exits."""
-    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
     log = tmp_path / "serve.log"
     with open(log, "w") as out:
         server = subprocess.Popen(

@@ -102,7 +102,6 @@ print(json.dumps({"started": started, "running": running}))
 )
 def test_two_processes_making_room_in_a_lane_of_one_at_once_fill_it_once(scaleout, lane, setting):
     env = {**scaleout.env, setting: "1"}
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     script = f"LANE = {lane!r}\n" + RACE
     out = manage_ok("shell", "-c", script, env=env, timeout=120).stdout
     report = json.loads(out.strip().splitlines()[-1])

@@ -86,7 +86,6 @@ def _shell(code: str, env: dict[str, str]) -> subprocess.Popen:
 
 def test_two_maintenance_runs_at_once_compact_a_session_once(scaleout, tmp_path):
     env = scaleout.env
-    manage_ok("migrate", "--noinput", "-v0", env=env, timeout=120)
     seeded = manage_ok("shell", "-c", SEED, env=env, timeout=120)
     pk = json.loads(seeded.stdout.strip().splitlines()[-1])["pk"]
     counted, first_done = tmp_path / "counted.fifo", tmp_path / "first_done.fifo"
@@ -190,7 +189,6 @@ print(json.dumps({
 
 def test_a_used_store_is_pruned_by_statements_and_its_old_sent_replies_found_by_index(scaleout):
     env = scaleout.env
-    manage_ok("migrate", "--noinput", "-v0", env=env, timeout=120)
     out = manage_ok("shell", "-c", USED, env=env, timeout=180).stdout
     report = json.loads(out.strip().splitlines()[-1])
     # A quarter of the 2,000 sessions are old, each with two replies, a receipt and a sent

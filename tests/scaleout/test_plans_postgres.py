@@ -76,7 +76,6 @@ print(json.dumps({
 
 def test_list_chats_and_an_event_use_their_indexes_on_postgres(scaleout):
     env = scaleout.env
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     out = manage_ok("shell", "-c", SCRIPT, env=env, timeout=180).stdout
     report = json.loads(out.strip().splitlines()[-1])
     assert report["queries"] <= 5

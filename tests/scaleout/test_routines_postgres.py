@@ -77,7 +77,6 @@ def _result(stdout: str) -> dict:
 
 
 def test_two_runners_racing_for_one_due_time_start_exactly_one_run(scaleout, tmp_path):
-    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
     manage_ok("shell", "-c", SETUP, env=scaleout.env, timeout=60)
     fifos = {}
     for name in ("runner-a", "runner-b"):

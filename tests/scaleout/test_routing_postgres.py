@@ -68,7 +68,6 @@ Binding.objects.get(peer="zed").delete()
 
 def test_a_binding_added_and_deleted_elsewhere_routes_the_next_message_in_place(scaleout, tmp_path):
     env = scaleout.env
-    manage_ok("migrate", "--noinput", "-v0", env=env, timeout=120)
     setup = manage_ok("shell", "-c", SETUP, env=env, timeout=120)
     token = next(line for line in setup.stdout.splitlines() if line.startswith("TOKEN "))
     server = subprocess.Popen(

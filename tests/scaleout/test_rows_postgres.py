@@ -28,6 +28,5 @@ print("RAN", len(ran))
 
 
 def test_rows_read_written_and_changed_by_conch_rows_are_the_orms_on_postgresql(scaleout):
-    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env, timeout=120)
     done = manage_ok("shell", "-c", SCRIPT, env=scaleout.env, timeout=120)
     assert "RAN 8" in done.stdout, done.stdout + done.stderr

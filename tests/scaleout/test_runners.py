@@ -78,7 +78,6 @@ NO_SANDBOX = {"CONCH_SANDBOX": "off"}
 
 def test_two_workers_never_run_one_reply_twice(scaleout, tmp_path):
     env = {**scaleout.env, "CONCH_RUNNER_THREADS": "4", **NO_SANDBOX}
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     shared = tmp_path / "shared"
     shared.mkdir()
 
@@ -170,7 +169,6 @@ LINK = re.compile(r"http://127\.0\.0\.1:(\d+)/signin/")
 
 def test_a_server_that_joins_leaves_a_workers_running_reply_alone(scaleout, tmp_path):
     env = {**scaleout.env, **NO_SANDBOX}
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     shared = tmp_path / "shared"
     shared.mkdir()
     manage_ok("shell", "-c", SEED_BLOCKED, env={**env, "SEED_FOLDER": str(shared)})

@@ -152,18 +152,16 @@ print("RESULT " + json.dumps(results))
 
 
 def _search(env: dict[str, str]) -> dict:
-    manage_ok("migrate", "--noinput", "-v0", env=env, timeout=120)
+    """What search answers, in a child Conch on the (migrated) database ``env`` names."""
     done = manage_ok("shell", "-c", SCRIPT, env=env, timeout=120)
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
 
 
 @pytest.fixture
-def scaleout_results(scaleout, tmp_path):
+def scaleout_results(scaleout, sqlite_home):
     postgres = _search(scaleout.env)
-    home = tmp_path / "sqlite-home"
-    home.mkdir()
-    sqlite = _search(process_env(home))
+    sqlite = _search(process_env(sqlite_home))
     assert postgres["vendor"] == "postgresql" and sqlite["vendor"] == "sqlite"
     return postgres, sqlite
 

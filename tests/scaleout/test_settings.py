@@ -8,20 +8,20 @@ from tests.scaleout.processes import manage, manage_ok, process_env
 
 
 @pytest.mark.scaleout
-def test_conch_checks_and_migrates_on_postgresql(scaleout):
-    checked = manage_ok("check", "--database", "default", env=scaleout.env)
+def test_conch_checks_and_migrates_on_postgresql(scaleout_empty):
+    checked = manage_ok("check", "--database", "default", env=scaleout_empty.env)
     assert "ERRORS" not in checked.stderr, checked.stderr  # warnings may come and go
 
-    manage_ok("migrate", "--noinput", "-v0", env=scaleout.env)
+    manage_ok("migrate", "--noinput", "-v0", env=scaleout_empty.env)
 
-    with scaleout.connect() as conn:
+    with scaleout_empty.connect() as conn:
         engine = conn.execute("SELECT version()").fetchone()[0]
         applied = conn.execute(
             "SELECT count(*) FROM django_migrations WHERE app = 'chats'"
         ).fetchone()[0]
     assert engine.startswith("PostgreSQL")
     assert applied >= 1
-    shown = manage_ok("showmigrations", "--plan", env=scaleout.env)
+    shown = manage_ok("showmigrations", "--plan", env=scaleout_empty.env)
     assert "[ ]" not in shown.stdout, shown.stdout
 
 

@@ -52,7 +52,6 @@ print(json.dumps({"results": results, "chain": turn.chain_id}))
 
 def test_thirty_concurrent_messages_in_one_chain_deliver_exactly_eight(scaleout):
     env = scaleout.env
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     out = manage_ok("shell", "-c", CONCURRENT_SENDS, env=env, timeout=120).stdout
     report = json.loads(out.strip().splitlines()[-1])
     results = report["results"]
@@ -111,7 +110,6 @@ def _serve(env, log_path) -> subprocess.Popen:
 
 def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleout, tmp_path):
     env = {**scaleout.env, "CONCH_TURN_LEASE_SECONDS": "2"}
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     folder = tmp_path / "work"
     folder.mkdir()
     manage_ok("shell", "-c", SEED_WAIT, env={**env, "SEED_FOLDER": str(folder)})
@@ -231,7 +229,6 @@ print(json.dumps(results))
 
 def test_two_chats_closing_a_wait_cycle_at_the_same_moment_one_is_refused(scaleout):
     env = scaleout.env
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     out = manage_ok("shell", "-c", CONCURRENT_CYCLE, env=env, timeout=120).stdout
     results = json.loads(out.strip().splitlines()[-1])
     assert sorted(results) == ["b", "c"], results
@@ -286,7 +283,6 @@ print(json.dumps({
 
 def test_a_background_task_starts_and_a_wait_for_it_wakes_on_postgresql(scaleout):
     env = scaleout.env
-    manage_ok("migrate", "--noinput", "-v0", env=env)
     out = manage_ok("shell", "-c", TASK_AND_WAIT, env=env, timeout=120).stdout
     report = json.loads(out.strip().splitlines()[-1])
     assert report["task"] == ["done", "There are 3 files."]
