@@ -191,7 +191,7 @@ ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 CSRF_TRUSTED_ORIGINS: list[str] = []
 
 INSTALLED_APPS = [
-    "daphne",
+    "conch.apps.DaphneWhenServing",  # Daphne's runserver; Twisted only where it serves
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

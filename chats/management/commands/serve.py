@@ -14,7 +14,7 @@ import argparse
 import logging
 from collections.abc import Callable
 
-from daphne.server import Server  # the "daphne" app imported it first: the reactor is asyncio
+from daphne.server import Server  # first of Twisted in this process: the reactor is asyncio
 from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
