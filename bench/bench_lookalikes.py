@@ -28,6 +28,8 @@ def main() -> int:
             "-m",
             "pytest",
             "tests/chats/test_lookalikes.py",
+            "-n",
+            "0",  # one process: the figure is a single run's, with its statistics
             "-p",
             "no:cacheprovider",
             "--hypothesis-show-statistics",
