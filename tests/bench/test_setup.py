@@ -16,6 +16,9 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
+# A stopped bench is stopped while it runs Python, not while blocked reading stdin: there it
+# could read the EOF that communicate() sends before Python acted on the signal, and end
+# normally (it did, on a busy machine).
 CHILD = """
 import sys
 sys.path.insert(0, {bench!r})
@@ -23,6 +26,10 @@ from _setup import throwaway_home
 home = throwaway_home()
 (home / "conch.sqlite3").write_bytes(b"x" * 4096)
 print(home, flush=True)
+if {how!r} == "is stopped":
+    import time
+    while True:  # a running bench, until the test's signal: each turn looks at signals
+        time.sleep(0.05)
 sys.stdin.readline()  # the bench runs until the test has seen its home
 if {how!r} == "fails":
     raise RuntimeError("the bench failed")
