@@ -35,7 +35,9 @@ __all__ = [
     "FRAME_OPENER",
     "NOTHING",
     "REDACTED",
+    "ANGLE_WRITTEN",
     "Said",
+    "angle_of",
     "clean",
     "conch_note",
     "conch_words",
@@ -45,6 +47,7 @@ __all__ = [
     "known_secrets",
     "last_chars",
     "named",
+    "normalised",
     "not_as_conch",
     "plain",
     "plain_id",
@@ -279,15 +282,38 @@ def not_as_conch(text: object) -> str:
     return "".join(chars)
 
 
+# What a fence writes for an angle bracket: "precedes" and "succeeds", which no table
+# Conch reads takes for one (:func:`angle_of` of each is "").
+ANGLE_WRITTEN = {"<": "\u227a", ">": "\u227b"}  # ≺ ≻
+
+
+@functools.lru_cache(maxsize=_JUDGED)
+def angle_of(ch: str) -> str:
+    """``"<"`` or ``">"`` if the character is an angle bracket to a reader, else ``""``.
+
+    One that Unicode names an angle bracket (``〈``, ``⟨``, ``❬``, ``《``), or that folds or
+    looks like ``<`` or ``>`` (``＜``, ``﹤``, ``‹``, ``❮``, ``ᐸ``): any of them could close a fence.
+    """
+    folded = _fold(ch) + _skeleton(ch)
+    if "<" in folded:
+        return "<"
+    if ">" in folded:
+        return ">"
+    name = unicodedata.name(ch, "")
+    if "ANGLE BRACKET" not in name:
+        return ""
+    if "RIGHT" in name or (unicodedata.category(ch) == "Pe" and "LEFT" not in name):
+        return ">"
+    return "<"
+
+
 def quote(text: object) -> str:
     """Write angle brackets and Conch's frame opener otherwise, so the words can't close a fence or speak as Conch."""
     chars = [" " if _invisible(ch) and ch not in "\n\t" else ch for ch in str(text or "")]
     for i, ch in enumerate(chars):
-        folded = _fold(ch)
-        if "<" in folded:
-            chars[i] = "‹"
-        elif ">" in folded:
-            chars[i] = "›"
+        angle = angle_of(ch)
+        if angle:
+            chars[i] = ANGLE_WRITTEN[angle]
     return not_as_conch("".join(chars))
 
 
@@ -346,6 +372,12 @@ _OWN_SHAPES = [
     re.compile(
         r"-----BEGIN [A-Z0-9 _-]*PRIVATE KEY(?: BLOCK)?-----[\s\S]*?(?:-----END [A-Z0-9 _-]*PRIVATE KEY(?: BLOCK)?-----|$)"
     ),
+    # The rest of a private key sent in pieces: its body lines and END line, with no BEGIN.
+    re.compile(
+        r"(?:^[A-Za-z0-9+/=]{16,}\r?\n)*(?:^[A-Za-z0-9+/=]+\r?\n)?"
+        r"-----END [A-Z0-9 _-]*PRIVATE KEY(?: BLOCK)?-----",
+        re.MULTILINE,
+    ),
     # A chat app's bot token with no word like "telegram" beside it.
     re.compile(r"\b[0-9]{6,}:[A-Za-z0-9_\-]{30,}\b"),
     re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._\-]{16,}"),
@@ -365,9 +397,45 @@ _ASSIGNED = re.compile(
 REDACTED = "[redacted]"
 
 
+# Characters no one sees, which a key can carry inside it and still be pasted whole
+# (Unicode's default-ignorable code points): zero-width spaces and joiners, soft hyphens,
+# bidi marks, variation selectors, tags. Format characters (Cf) are judged by category too.
+_IGNORABLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
+
+
+def normalised(text: str) -> str:
+    """The words as a reader takes them: NFKC, and nothing no one sees (line breaks and tabs kept).
+
+    ``ghp_…\u200b…`` is one GitHub token to a reader, and ``ｇｈｐ_…`` is ``ghp_…``.
+    """
+    seen = _IGNORABLE.sub("", unicodedata.normalize("NFKC", text))
+    if seen.isascii():  # the regex took out every ASCII control but line breaks and tabs
+        return seen
+    return "".join(ch for ch in seen if unicodedata.category(ch) != "Cf")  # controls went above
+
+
 def scrub_secrets(text: str, *, known: tuple[str, ...] = ()) -> str:
-    """Take out known secret values and anything shaped like a key or a password."""
+    """Take out known secret values and anything shaped like a key or a password.
+
+    Normalise first, scrub second (quoting, last, is the caller's): the shapes are looked
+    for in :func:`normalised` words as well, so a token with a zero-width space inside is a
+    token. Words with nothing to take out come back exactly as they were; words that had
+    one come back normalised, without it.
+    """
     text = str(text or "")
+    scrubbed = _scrub(text, known)
+    view = normalised(text)
+    if view == text:
+        return scrubbed
+    scrubbed_view = _scrub(view, known)
+    return scrubbed if scrubbed_view == view and scrubbed == text else scrubbed_view
+
+
+def _scrub(text: str, known: tuple[str, ...]) -> str:
     for value in sorted((k for k in known if k and len(k) >= 4), key=len, reverse=True):
         text = text.replace(value, REDACTED)
     for start, end in reversed(secret_spans(text)):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chats import secretshapes
-from chats.quoting import REDACTED, scrub_secrets
+from chats.quoting import REDACTED, quote, scrub_secrets
 
 SAMPLES = json.loads((Path(__file__).parents[1] / "fixtures" / "gitleaks_samples.json").read_text())
 
@@ -38,6 +38,24 @@ ISSUE_SHAPES = {
     ),
     '{"dbPassword": "Tr0ub4dor&3-horse"}': "Tr0ub4dor",
     "client.secret=Zx81kQm2Pq0Lw7Rn": "Zx81kQm2",
+}
+
+# Issue 29: secrets in pieces. A private key's second half (body and END, no BEGIN), and a
+# token with an invisible inside it: the text and a part of it that must not cross.
+_BODY = (
+    "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
+    "VTLw7onLRnrq0/IzW7yWR7QkrmBL7jTKEn5u+qKhbwKfBstIs+bMY2Zkp18gnTxK\n"
+    "9z+40RQzuVaE8AkAFmxZzow3x+VJYKdjykkJ0iT9wCS0DRTXu269V264Vf/3jvre\n"
+    "Zw==\n"
+)
+PIECES_SHAPES = {
+    "and the rest of it:\n" + _BODY + "-----END RSA PRIVATE KEY-----": "VTLw7onLRnrq0",
+    _BODY + "-----END OPENSSH PRIVATE KEY-----\nthat's all": "9z+40RQzuVaE8",
+    "-----END PRIVATE KEY-----": "-----END PRIVATE KEY-----",
+    "ghp_16C7e42F292c6912E\u200b7710c838347Ae178B4a": "ghp_16C7e42F292c6912E",
+    "token ghp_16C7e42F292c6912E\u2060\u00ad7710c838347Ae178B4a here": "7710c838347Ae178B4a",
+    "ｇｈｐ＿16C7e42F292c6912E7710c838347Ae178B4a": "16C7e42F292c6912E",
+    "sk-proj-\u200dAbCdEfGhIjKlMnOpQrStUvWx": "AbCdEfGhIjKlMnOp",
 }
 
 
@@ -80,10 +98,21 @@ def test_a_known_secret_in_gitleaks_shapes_is_taken_out(sample):
         assert secret not in scrub_secrets(shape), shape
 
 
-@pytest.mark.parametrize("text,fragment", ISSUE_SHAPES.items())
-def test_the_shapes_issue_13_found_crossing_are_taken_out(text, fragment):
+@pytest.mark.parametrize("text,fragment", [*ISSUE_SHAPES.items(), *PIECES_SHAPES.items()])
+def test_the_shapes_issues_13_and_29_found_crossing_are_taken_out(text, fragment):
     out = scrub_secrets(text)
     assert fragment not in out and REDACTED in out
+    assert fragment not in quote(out)  # quoted last, the invisible written as a space
+
+
+def test_words_without_a_secret_keep_their_invisibles_and_full_width_letters():
+    for text in ("ｗｉｄｅ words", "a\u200bb", "soft\u00adhyphen", "emoji \u2764\ufe0f"):
+        assert scrub_secrets(text) == text
+
+
+def test_a_secret_in_words_of_many_lines_takes_out_only_the_secret():
+    text = "Grüße,\nthe key is ghp_16C7e42F292c6912E\u200b7710c838347Ae178B4a\n\tthanks"
+    assert scrub_secrets(text) == "Grüße,\nthe key is [redacted]\n\tthanks"
 
 
 def test_ordinary_words_are_left_alone():

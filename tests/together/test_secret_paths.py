@@ -18,7 +18,7 @@ import pytest
 from chats.models import Entry, Step
 from chats.runtime.runner import drain
 from chats.secretshapes import secret_spans
-from tests.chats.test_secret_shapes import ISSUE_SHAPES, NOT_ONE_LINE
+from tests.chats.test_secret_shapes import ISSUE_SHAPES, NOT_ONE_LINE, PIECES_SHAPES
 from tests.factories import ChatFactory
 from tests.together.conftest import look, message, wait_chat
 from tests.together.test_past import reply, run
@@ -44,6 +44,7 @@ def _corpus() -> list[tuple[str, list[str]]]:
         seen.append(sample["from"])
         shapes.append((text, [text[a:b] for a, b in secret_spans(text)]))
     shapes += [(text, [fragment]) for text, fragment in ISSUE_SHAPES.items()]
+    shapes += [(text, [fragment]) for text, fragment in PIECES_SHAPES.items()]
     return shapes
 
 
