@@ -15,7 +15,16 @@ import string
 from dataclasses import dataclass
 from functools import cached_property
 
-__all__ = ["NOT_IN_SET", "NOT_OFFERED", "NO_FOLDER_OF_ITS_OWN", "REFUSALS", "SAID_NO", "for_person"]
+__all__ = [
+    "IN_PLAN_MODE_NOW",
+    "NOT_IN_SET",
+    "NOT_OFFERED",
+    "NOT_OFFERED_NOW",
+    "NO_FOLDER_OF_ITS_OWN",
+    "REFUSALS",
+    "SAID_NO",
+    "for_person",
+]
 
 
 @dataclass(frozen=True)
@@ -79,7 +88,23 @@ NO_FOLDER_OF_ITS_OWN = Refusal(
     "Not run: chats with other people work only in the persona's own folder, and {persona} "
     "has none yet. Give it one in the admin to let {tool} run here.",
 )
-REFUSALS = (SAID_NO, NOT_IN_SET, NO_FOLDER_OF_ITS_OWN, NOT_OFFERED)
+IN_PLAN_MODE_NOW = Refusal(
+    "The person approved {tool!r}, but it wasn't run: this chat is in Plan mode now, "
+    "where tools that change things aren't offered.",
+    "Not run: you approved {tool}, but this chat is in Plan mode now.",
+)
+NOT_OFFERED_NOW = Refusal(
+    "The person approved {tool!r}, but it wasn't run: it isn't offered to this chat any more.",
+    "Not run: you approved {tool}, but it isn't one of this chat's tools any more.",
+)
+REFUSALS = (
+    SAID_NO,
+    NOT_IN_SET,
+    NO_FOLDER_OF_ITS_OWN,
+    IN_PLAN_MODE_NOW,
+    NOT_OFFERED_NOW,
+    NOT_OFFERED,
+)
 
 
 def for_person(text: str) -> str:

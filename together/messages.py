@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Count, F, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from chats import events
@@ -71,11 +71,16 @@ ERR_SAME_WORDS = (
     "(MESSAGE_LIMITS.same_words_window)."
 )
 ERR_NOT_HELD = "That message isn't waiting for you any more."
+ERR_NOT_DELIVERED = "Not passed on: {why} It is marked not delivered."
 ERR_NOTHING_TO_STOP = "“{title}” (chat {id}) isn't working on a reply; there is nothing to stop."
 
 
 class LimitReached(ConchError):
     """A bound in MESSAGE_LIMITS; the message wasn't sent."""
+
+
+class NotDelivered(ConchError):
+    """A press to pass a message on found the chat no longer takes it; the message says why."""
 
 
 def may_receive(receiver: Conversation, *, sender: Conversation) -> bool:
@@ -242,22 +247,36 @@ def message_chat(
         )
         _cards(message, sender, receiver, turn)
         publish_card(message)
-    busy = receiver.turns.filter(ended_at__isnull=True).exists()
+    reply: Turn | None = None
     if message.state == MessageState.WAITING and start_reply:
-        transaction.on_commit(lambda: start_reply_for(receiver_pk=receiver.pk))
-    return Sent(message, _answer(message, receiver, busy=busy))
+        if transaction.get_connection().in_atomic_block:
+            # Inside a caller's transaction: the reply starts when it commits.
+            transaction.on_commit(lambda: start_reply_for(receiver_pk=receiver.pk))
+        else:
+            # A tool's step runs outside any transaction: start it now, so the answer
+            # says what happened, not what was hoped (thirty senders race for four replies).
+            reply = start_reply_for(receiver_pk=receiver.pk)
+        message.refresh_from_db(fields=["state", "reason"])  # held or not delivered at the start
+    busy = reply is None and receiver.turns.filter(ended_at__isnull=True).exists()
+    spent = (
+        reply is None
+        and Chain.objects.filter(pk=message.chain_id).filter(chain_spent_q(prefix="")).exists()
+    )
+    return Sent(message, _answer(message, receiver, busy=busy, spent=spent))
 
 
 ANSWER_NOW = "a new reply starts now with it"
 ANSWER_AT_STEP = "it's working on a reply, and reads it at that reply's next step"
 ANSWER_AT_STEP_OR_NEW = (
     "it's working on a reply, and reads it at that reply's next step; if that reply ends first, "
-    "a new reply starts with it"
+    "a new reply starts with it, unless this chain of replies has started all its replies in "
+    "other chats by then"
 )
 ANSWER_AT_NEXT_REPLY = "it reads it when its next reply starts"
 ANSWER_AT_NEXT_REPLY_NEW = (
-    "it's working on a reply; a new reply starts with it when that one ends (a message from a chat "
-    "that read something from outside is read only as a reply starts)"
+    "it's working on a reply; a new reply starts with it when that one ends, unless this chain of "
+    "replies has started all its replies in other chats by then (a message from a chat that read "
+    "something from outside is read only as a reply starts)"
 )
 ANSWER_AT_NEXT_REPLY_BUSY = (
     "it's working on a reply, and reads it when its next reply starts (a message from a chat that "
@@ -265,9 +284,30 @@ ANSWER_AT_NEXT_REPLY_BUSY = (
 )
 
 
-def _when(message: ChatMessage, *, busy: bool) -> str:
-    """What will happen to a waiting message, as far as Conch knows as it is sent."""
+ANSWER_SPENT = (
+    "this chain of replies has started its {n} replies in other chats "
+    "(MESSAGE_LIMITS.replies_started_per_chain), so it starts none: it reads it when its next reply starts"
+)
+ANSWER_SPENT_BUSY = (
+    "it's working on a reply, and reads it at that reply's next step; this chain of replies has "
+    "started its {n} replies in other chats (MESSAGE_LIMITS.replies_started_per_chain), so none "
+    "starts with it"
+)
+
+
+def _when(message: ChatMessage, *, busy: bool, spent: bool = False) -> str:
+    """What will happen to a waiting message, as far as Conch knows once it is sent.
+
+    ``busy``: the chat is working on a reply this message didn't start. ``spent``:
+    the chain has started all the replies it may, so a message asking for one starts none.
+    """
     at_steps = message.sender_taint == Taint.NONE
+    if message.start_reply and spent:
+        if not busy:
+            return ANSWER_SPENT.format(n=MESSAGE_LIMITS.replies_started_per_chain)
+        if at_steps:
+            return ANSWER_SPENT_BUSY.format(n=MESSAGE_LIMITS.replies_started_per_chain)
+        return ANSWER_AT_NEXT_REPLY_BUSY
     if not busy:
         return ANSWER_NOW if message.start_reply else ANSWER_AT_NEXT_REPLY
     if at_steps:
@@ -275,16 +315,20 @@ def _when(message: ChatMessage, *, busy: bool) -> str:
     return ANSWER_AT_NEXT_REPLY_NEW if message.start_reply else ANSWER_AT_NEXT_REPLY_BUSY
 
 
-def _answer(message: ChatMessage, receiver: Conversation, *, busy: bool) -> str:
+def _answer(
+    message: ChatMessage, receiver: Conversation, *, busy: bool, spent: bool = False
+) -> str:
     name = named(receiver.title, receiver.public_id)
     if message.state == MessageState.REFUSED:
         return f"Not delivered: {name} turns messages from other chats away. Message {message.message_id}."
+    if message.state == MessageState.NOT_DELIVERED:
+        return f"Not delivered to {name}: {message.reason} Message {message.message_id}."
     if message.state == MessageState.HELD:
         return (
             f"Held: {name} holds messages from other chats for the person, who may pass it on or dismiss it. "
             f"It hasn't been read. Message {message.message_id}."
         )
-    when = _when(message, busy=busy)
+    when = _when(message, busy=busy, spent=spent)
     return f"Waiting: {name} hasn't read it yet; {when}. Message {message.message_id}."
 
 
@@ -356,12 +400,7 @@ def _waiting_for(turn: Turn, at_start: bool) -> QuerySet[ChatMessage]:
 def take_in(*, message: ChatMessage, turn: Turn) -> Note | None:
     """Check the chat again, carry the sender's taint over, mark the message read: once."""
     receiver = Conversation.objects.get(pk=turn.conversation_id)
-    why = _undeliverable_reason(receiver)
-    if why:
-        _settle(message, MessageState.NOT_DELIVERED, why)
-        return None
-    if receiver.effective_inbound == Inbound.HOLD and message.passed_on_at is None:
-        _settle(message, MessageState.HELD, "")
+    if not _still_deliverable(message, receiver):
         return None
     if message.sender_taint != Taint.NONE:
         try:
@@ -401,36 +440,58 @@ def _settle(message: ChatMessage, state: str, reason: str) -> None:
 def start_reply_for(*, receiver_pk: int) -> Turn | None:
     """Start the receiver's next reply with the messages that asked for one, if it isn't busy.
 
-    Called right after such a message is sent, and when the receiver's reply ends
-    (a message that came while it was busy and wasn't read at a step).
+    Called right after such a message is sent or passed on, and when the receiver's
+    reply ends (a message that came while it was busy and wasn't read at a step).
+    Under the receiver's lock the chat is checked again first, as before a message
+    is read: one that can no longer be delivered starts nothing and counts nothing,
+    and is marked not delivered, with why; one for a chat that now holds messages
+    is held for the person. A reply is counted as it starts, one of the chain's four.
     """
-    pending = (
-        ChatMessage.objects.filter(
-            receiver_id=receiver_pk, state=MessageState.WAITING, start_reply=True
-        )
-        .order_by("created_at", "pk")
-        .first()
+    pending = ChatMessage.objects.filter(
+        receiver_id=receiver_pk, state=MessageState.WAITING, start_reply=True
     )
-    if pending is None:
-        return None
-    receiver = Conversation.objects.get(pk=receiver_pk)
-    if receiver.turns.filter(ended_at__isnull=True).exists():
+    if not pending.exists():  # nearly every reply's end: one query, and no lock taken
         return None
     try:
         with transaction.atomic():
-            # The reply is counted as it starts: one of the chain's four, and only if one is left.
-            chains = Chain.objects.filter(pk=pending.chain_id)
-            if not _count(chains, "replies_started", MESSAGE_LIMITS.replies_started_per_chain):
-                log.info("chain %s started all its replies; %s waits", pending.chain_id, pending)
-                return None  # it is read when the chat's next reply starts
-            return turn_start(
-                conversation=receiver,
-                started_by=StartedBy.MESSAGE,
-                chain_id=pending.chain_id,
-                unwatched=True,
-            )
+            receiver = Conversation.objects.locked().filter(pk=receiver_pk).first()
+            if receiver is None or receiver.turns.filter(ended_at__isnull=True).exists():
+                return None  # gone, or busy: its reply's end tries again
+            for message in pending.order_by("created_at", "pk"):
+                if not _still_deliverable(message, receiver):
+                    continue
+                chains = Chain.objects.filter(pk=message.chain_id)
+                if not _count(chains, "replies_started", MESSAGE_LIMITS.replies_started_per_chain):
+                    log.info(
+                        "chain %s started all its replies; %s waits", message.chain_id, message
+                    )
+                    continue  # read when the chat's next reply starts; another chain may start one
+                return turn_start(
+                    conversation=receiver,
+                    started_by=StartedBy.MESSAGE,
+                    chain_id=message.chain_id,
+                    unwatched=True,
+                )
     except ConchError:
         return None  # it became busy meanwhile; its reply's end will try again
+    return None
+
+
+def _still_deliverable(message: ChatMessage, receiver: Conversation) -> bool:
+    """The check before a message is read or starts a reply; settles it if it fails."""
+    why = _undeliverable_reason(receiver)
+    if why:
+        _settle(message, MessageState.NOT_DELIVERED, why)
+        return False
+    if receiver.effective_inbound == Inbound.HOLD and message.passed_on_at is None:
+        _settle(message, MessageState.HELD, "")
+        return False
+    return True
+
+
+def chain_spent_q(prefix: str = "chain__") -> Q:
+    """Chains (``prefix=""``), or messages whose chain, has started all the replies it may."""
+    return Q(**{f"{prefix}replies_started__gte": MESSAGE_LIMITS.replies_started_per_chain})
 
 
 def after_turn_end(turn: Turn) -> None:
@@ -443,16 +504,33 @@ def after_turn_end(turn: Turn) -> None:
 
 
 def held_message_pass(*, message: ChatMessage) -> ChatMessage:
+    """Pass a held message on: it waits to be read, and starts a reply if it asked to.
+
+    The chat is checked again first, as before any message is read: if someone
+    else's words came into it, or it turns messages away now, the message is
+    marked not delivered with why, nothing starts, and the press says so.
+    """
     with transaction.atomic():
+        receiver = (
+            Conversation.objects.locked().filter(pk=message.receiver_id).first()
+            if message.receiver_id
+            else None
+        )
         if not ChatMessage.objects.filter(pk=message.pk, state=MessageState.HELD).update(
             state=MessageState.WAITING, reason="", passed_on_at=timezone.now()
         ):
             raise ConchError(ERR_NOT_HELD)
         message.refresh_from_db()
-        publish_card(message)
-        if message.start_reply and message.receiver_id:
-            receiver_pk = message.receiver_id
-            transaction.on_commit(lambda: start_reply_for(receiver_pk=receiver_pk))
+        why = _undeliverable_reason(receiver) if receiver is not None else ""
+        if why:
+            _settle(message, MessageState.NOT_DELIVERED, why)
+        else:
+            publish_card(message)
+            if message.start_reply and receiver is not None:
+                receiver_pk = receiver.pk
+                transaction.on_commit(lambda: start_reply_for(receiver_pk=receiver_pk))
+    if why:  # raised once the message is marked, so the mark stays
+        raise NotDelivered(ERR_NOT_DELIVERED.format(why=why))
     return message
 
 

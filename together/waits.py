@@ -38,7 +38,7 @@ from chats.quoting import NOTHING, Said, conch_note, conch_words, fence, plain, 
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import turn_start
 from chats.taint import taint_raise
-from together.messages import ERR_NO_SUCH_CHAT
+from together.messages import ERR_NO_SUCH_CHAT, chain_spent_q
 from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
 from together.visibility import is_yours, offers_together
 
@@ -103,9 +103,10 @@ def still_working_q(chat: OuterRef) -> Q:
         ended_at__isnull=True,
         state__in=[TurnState.RUNNING, TurnState.RECOVERY_PENDING],
     )
+    # A message whose chain has started all its replies starts none: it isn't on its way in.
     coming_in = ChatMessage.objects.filter(
         receiver=chat, state=MessageState.WAITING, start_reply=True
-    )
+    ).exclude(chain_spent_q())
     tasks = Task.objects.filter(chat=chat, state__in=[TaskState.QUEUED, TaskState.WAITING_FOR_ROOM])
     waiting = Wait.objects.filter(waiter=chat, state=WaitState.WAITING)
     return Q(Exists(replying)) | Q(Exists(coming_in)) | Q(Exists(tasks)) | Q(Exists(waiting))
@@ -345,6 +346,15 @@ def _chat_outcome_text(
             else NOTHING,
         )
     ]
+    unread = ChatMessage.objects.filter(receiver=target, state=MessageState.WAITING).count()
+    if unread:
+        lines.append(
+            conch_note(
+                "{n} from other chats {wait} for it, unread until its next reply.",
+                n=conch_words("1 message" if unread == 1 else f"{unread} messages"),
+                wait=conch_words("waits" if unread == 1 else "wait"),
+            )
+        )
     if taint_first:
         _carry_taint(waiter, target.taint, f"chat {target.public_id}")
     if not bare:

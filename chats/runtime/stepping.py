@@ -27,6 +27,7 @@ from chats.models import (
     Effect,
     EntryKind,
     EntryRole,
+    Mode,
     Status,
     Step,
     Task,
@@ -34,7 +35,7 @@ from chats.models import (
     TurnState,
 )
 from chats.quoting import known_secrets, scrub_secrets
-from chats.refusals import NOT_OFFERED, SAID_NO
+from chats.refusals import IN_PLAN_MODE_NOW, NOT_OFFERED, NOT_OFFERED_NOW, SAID_NO
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import (
     ERR_COMMAND_REPLY_ENDED,
@@ -53,7 +54,7 @@ from chats.tools.registry import (
     tools_offered,
     validate_args,
 )
-from chats.toolsets import tool_set_for
+from chats.toolsets import ToolSet, tool_set_for
 
 log = logging.getLogger(__name__)
 
@@ -467,6 +468,25 @@ def _record_refused_step(
         events.publish_chat(conversation, turn=turn.number)
 
 
+def _refusal_now(
+    conversation: Conversation, toolset: ToolSet, tool: Tool, *, approved: bool
+) -> str:
+    """Why ``tool`` may not run in this chat as it is now, or "".
+
+    An approved step is looked at again as a new call would be: the person's OK was
+    for the chat as it was, so a switch to Plan mode, a tool set that no longer has
+    the tool, or someone else's words coming in each refuse it (ADR 0134).
+    """
+    refused = toolset.refusal(tool.name, uses_folder=_uses_folder(tool))
+    if refused or tool in tools_offered(conversation):
+        return refused
+    if not approved:
+        return NOT_OFFERED.for_model(tool=tool.name)
+    if conversation.mode == Mode.PLAN and tool.effect == Effect.WRITE:
+        return IN_PLAN_MODE_NOW.for_model(tool=tool.name)
+    return NOT_OFFERED_NOW.for_model(tool=tool.name)
+
+
 def _run_step(
     turn: Turn,
     worker: str,
@@ -482,9 +502,9 @@ def _run_step(
         if not _still_mine(turn.pk, worker):
             return
         # Checked again under the chat's lock: a tool asked for, or approved, before
-        # someone else's words came in is refused in words, never run.
+        # the chat changed is refused in words, never run.
         toolset = tool_set_for(conversation)
-        refused = toolset.refusal(tool.name, uses_folder=_uses_folder(tool))
+        refused = _refusal_now(conversation, toolset, tool, approved=clear_pending)
         now = timezone.now()
         step = Step.objects.create(
             turn=turn,

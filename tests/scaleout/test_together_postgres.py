@@ -69,6 +69,47 @@ def test_thirty_concurrent_messages_in_one_chain_deliver_exactly_eight(scaleout)
     assert messages == 8 and rows == 8
 
 
+# Issue 29 item 5: the same race, each message asking to start a reply in its own idle chat.
+CONCURRENT_STARTS = (
+    CONCURRENT_SENDS.replace('text=f"hello {n}")', 'text=f"hello {n}", start_reply=True)')
+    .replace(
+        'results[n] = ["sent", sent.message.state]',
+        'results[n] = ["sent", receivers[n].public_id, sent.answer]',
+    )
+    .replace(
+        'print(json.dumps({"results": results, "chain": turn.chain_id}))',
+        """from chats.models import Turn
+from together.models import Chain
+started = sorted(Turn.objects.filter(started_by="message").values_list("conversation__public_id", flat=True))
+chain = Chain.objects.get(pk=turn.chain_id)
+print(json.dumps({"results": results, "started": started, "replies_started": chain.replies_started}))""",
+    )
+)
+
+
+def test_thirty_concurrent_start_replies_start_four_and_each_sender_is_told_what_happened(scaleout):
+    from together.messages import ANSWER_NOW, ANSWER_SPENT, MESSAGE_LIMITS
+
+    assert "start_reply=True" in CONCURRENT_STARTS and "sent.answer" in CONCURRENT_STARTS
+    out = manage_ok("shell", "-c", CONCURRENT_STARTS, env=scaleout.env, timeout=120).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    results, started = report["results"], report["started"]
+    assert all(results), results
+    sent = {chat: answer for kind, *rest in results if kind == "sent" for chat, answer in [rest]}
+    refused = [rest[0] for kind, *rest in results if kind == "refused"]
+    limits = ("MESSAGE_LIMITS.messages_per_chain", "MESSAGE_LIMITS.replies_started_per_chain")
+    assert all(any(limit in why for limit in limits) for why in refused), refused
+    assert len(sent) + len(refused) == 30 and 4 <= len(sent) <= MESSAGE_LIMITS.messages_per_chain
+    # Four replies start, and the chain counted exactly those.
+    assert len(started) == report["replies_started"] == MESSAGE_LIMITS.replies_started_per_chain
+    spent = ANSWER_SPENT.format(n=MESSAGE_LIMITS.replies_started_per_chain)
+    for chat, answer in sent.items():
+        if chat in started:
+            assert ANSWER_NOW in answer, answer
+        else:  # told the truth: the chain had started its four, so none starts with it
+            assert spent in answer and ANSWER_NOW not in answer, answer
+
+
 SEED_WAIT = """
 import os, pathlib
 from django.contrib.auth import get_user_model

@@ -11,7 +11,7 @@ from typing import Any
 
 from chats.models import Conversation
 from chats.runtime.chats import ConchError
-from together.messages import held_message_dismiss, held_message_pass
+from together.messages import NotDelivered, held_message_dismiss, held_message_pass
 from together.models import ChatMessage
 from together.play.scenario import PRESS_WORDS, ChatSpec, Press
 
@@ -44,8 +44,11 @@ def press_make(
 
     Returns why it couldn't be made, which stops the play, or "" if it was.
     """
+    said = ""
     try:
         message = held_press(chat=chat, number=press.number, action=press.action)
+    except NotDelivered as exc:  # the press was made: the chat no longer takes the message
+        message, said = arrived(chat)[press.number - 1], str(exc)
     except ConchError as exc:
         return ERR_PRESS_FAILED.format(
             where=f'chat "{spec.name}": presses[{index}] at tick {press.at}',
@@ -60,6 +63,7 @@ def press_make(
             "message": press.number,
             "id": message.message_id,
             "state": message.state,
+            **({"said": said} if said else {}),
         }
     )
     return ""
