@@ -246,7 +246,7 @@ def _named_or_looks_like_an_angle_bracket(ch: str) -> bool:
     )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     st.lists(
         st.characters(categories=["Ps", "Pe", "Pi", "Pf", "Sm"])

@@ -21,13 +21,11 @@ for), and its PostgreSQL test is in tests/scaleout/test_together_postgres.py.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.together.plays import reports_played
+
 SCENARIOS = (
     "wait_killed_as_it_lets_go",
     "message_read_as_runner_dies",
@@ -39,23 +37,7 @@ SCENARIOS = (
 
 @pytest.fixture(scope="module")
 def reports(play_template) -> dict[str, dict]:
-    runs = {
-        name: subprocess.Popen(
-            [sys.executable, "manage.py", "conch_play", f"scenarios/{name}.json"]
-            + ["--template", str(play_template), "--json"],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in SCENARIOS
-    }
-    printed = {}
-    for name, run in runs.items():
-        out, err = run.communicate(timeout=180)
-        assert run.returncode == 0, f"{name}: {err}"
-        printed[name] = json.loads(out)
-    return printed
+    return reports_played(SCENARIOS, play_template)
 
 
 def chats_of(report: dict) -> dict[str, dict]:

@@ -9,28 +9,17 @@ pruned, so maintenance did run.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = "scenarios/maintenance_keeps_a_waiting_session.json"
+from tests.together.plays import reports_played
+
+SCENARIO = "maintenance_keeps_a_waiting_session"
 
 
 @pytest.fixture(scope="module")
 def report(play_template) -> dict:
-    run = subprocess.run(
-        [sys.executable, "manage.py", "conch_play", SCENARIO, "--template", play_template]
-        + ["--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout)
+    return reports_played((SCENARIO,), play_template)[SCENARIO]
 
 
 def test_maintenance_ran_a_month_later_and_pruned_the_idle_session(report):

@@ -10,39 +10,23 @@ its engine was given, as an OpenAI-compatible model would be sent them.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from chats.runtime.claims import ERR_WRITE_CUT_OFF
+from tests.together.plays import report_printed
 from together.play.scenario import ACTIONS, ERR_ACTION_SHAPE, ScenarioError, scenario_parse
 
-ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = "scenarios/person_and_runner.json"
+SCENARIO = "person_and_runner"
 
 
 @pytest.fixture(scope="module")
 def played(play_template) -> tuple[str, str]:
-    """The scenario played twice with --json, at once."""
-    runs = [
-        subprocess.Popen(
-            [sys.executable, "manage.py", "conch_play", SCENARIO, "--template", play_template]
-            + ["--json"],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outs = []
-    for run in runs:
-        out, err = run.communicate(timeout=180)
-        assert run.returncode == 0, err
-        outs.append(out)
-    return outs[0], outs[1]
+    """The scenario played twice, at once: what --json prints each time."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first, second = (pool.submit(report_printed, SCENARIO, play_template) for _ in range(2))
+    return first.result(), second.result()
 
 
 @pytest.fixture(scope="module")

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from tests.frames import conch_voices
+from tests.together.plays import reports_played
 from together import messages as msgs
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = (
     "secrets_between_chats",
     "lookalikes_speak_as_conch",
@@ -29,30 +26,7 @@ SECRET_VALUES = (
 
 @pytest.fixture(scope="module")
 def reports(play_template) -> dict[str, dict]:
-    runs = {
-        name: subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "conch_play",
-                f"scenarios/{name}.json",
-                "--template",
-                str(play_template),
-                "--json",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in SCENARIOS
-    }
-    out = {}
-    for name, run in runs.items():
-        printed, err = run.communicate(timeout=240)
-        assert run.returncode == 0, f"{name}: {err}"
-        out[name] = json.loads(printed)
-    return out
+    return reports_played(SCENARIOS, play_template)
 
 
 def chats_of(report):

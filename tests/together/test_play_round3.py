@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from chats.quoting import angle_of
 from chats.refusals import IN_PLAN_MODE_NOW, for_person
+from tests.together.plays import reports_played
 from together import messages as msgs
 
-ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = (
     "undeliverable_starts_nothing",
     "approved_then_plan_mode",
@@ -27,30 +24,7 @@ TOKEN_PIECES = ("ghp_16C7e42F292c6912E", "7710c838347Ae178B4a")
 
 @pytest.fixture(scope="module")
 def reports(play_template) -> dict[str, dict]:
-    runs = {
-        name: subprocess.Popen(
-            [
-                sys.executable,
-                "manage.py",
-                "conch_play",
-                f"scenarios/{name}.json",
-                "--template",
-                str(play_template),
-                "--json",
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in SCENARIOS
-    }
-    out = {}
-    for name, run in runs.items():
-        printed, err = run.communicate(timeout=240)
-        assert run.returncode == 0, f"{name}: {err}"
-        out[name] = json.loads(printed)
-    return out
+    return reports_played(SCENARIOS, play_template)
 
 
 def chats_of(report):

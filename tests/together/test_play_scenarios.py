@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tests.together.plays import report_printed
 from tests.together.test_play import Person
 from together.messages import ERR_CHAIN_MESSAGES, ERR_CHAIN_REPLIES, MESSAGE_LIMITS
 from together.models import MessageState
@@ -35,24 +37,14 @@ def _command(name: str, template: Path, *options: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def outputs(play_template) -> dict[str, tuple[str, str]]:
-    """Each scenario played twice with --json, all six plays at once."""
-    runs = {
-        (name, n): subprocess.Popen(
-            _command(name, play_template, "--json"),
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for name in SCENARIOS
-        for n in (1, 2)
-    }
-    printed = {}
-    for key, run in runs.items():
-        out, err = run.communicate(timeout=180)
-        assert run.returncode == 0, f"{key}: {err}"
-        printed[key] = out
-    return {name: (printed[name, 1], printed[name, 2]) for name in SCENARIOS}
+    """Each scenario played twice, what --json prints, all six plays at once."""
+    with ThreadPoolExecutor(max_workers=2 * len(SCENARIOS)) as pool:
+        runs = {
+            (name, n): pool.submit(report_printed, name, play_template)
+            for name in SCENARIOS
+            for n in (1, 2)
+        }
+    return {name: (runs[name, 1].result(), runs[name, 2].result()) for name in SCENARIOS}
 
 
 @pytest.fixture(scope="module")

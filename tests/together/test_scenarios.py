@@ -2,35 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.together.plays import reports_played
 
 
 @pytest.fixture(scope="module")
 def played(play_template):
-    out = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "conch_play",
-            "scenarios/together_same_folder.json",
-            "--json",
-            "--template",
-            play_template,
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    return {chat["name"]: chat for chat in json.loads(out)["chats"]}
+    report = reports_played(("together_same_folder",), play_template)["together_same_folder"]
+    return {chat["name"]: chat for chat in report["chats"]}
 
 
 def notes(chat):
