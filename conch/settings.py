@@ -208,6 +208,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "conch.csp.ContentSecurityPolicyMiddleware",  # every response, the admin's and errors too
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "conch.csrf.OwnOriginCsrfViewMiddleware",  # Django's, and no Origin needs our Referer

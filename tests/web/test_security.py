@@ -337,3 +337,51 @@ def test_the_new_chat_form_carries_its_token_for_plain_posts(owner, agent):
 
     assert response.status_code == 302
     assert Conversation.objects.filter(title="Plain").exists()
+
+
+# ---------------------------------------------------------------------------
+# Issue 30 item 9: the Content-Security-Policy is a header on every response
+
+
+def _policy(response) -> dict[str, str]:
+    value = response.headers.get("Content-Security-Policy", "")
+    return dict(
+        (part.strip().split(" ", 1) + [""])[:2] for part in value.split(";") if part.strip()
+    )
+
+
+@pytest.mark.django_db
+def test_every_response_carries_the_policy_the_admins_and_errors_too(owner, chat):
+    client = Client()
+    signed_out = ["/", "/signin/", "/admin/login/", "/signin/made-up/", "/no-such-page/"]
+    responses = [(url, client.get(url)) for url in signed_out]
+    client.force_login(owner)
+    signed_in = [
+        "/",
+        f"/c/{chat.public_id}/",
+        "/connect/",
+        "/admin/",
+        "/admin/chats/",
+        "/c/c_none/",
+    ]
+    responses += [(url, client.get(url)) for url in signed_in]
+    responses.append(("bad POST", client.post(f"/c/{chat.public_id}/mode/", {"mode": "x"})))
+    statuses = {response.status_code for _, response in responses}
+    assert {200, 302, 400, 403, 404} <= statuses  # pages, redirects and errors alike
+    for url, response in responses:
+        policy = _policy(response)
+        assert policy.get("frame-ancestors") == "'none'", url
+        assert policy.get("script-src") == "'self'" and policy.get("style-src") == "'self'", url
+        assert policy.get("object-src") == "'none'" and policy.get("base-uri") == "'none'", url
+        assert policy.get("default-src") == "'self'", url
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_policy_is_sent_by_the_asgi_application_that_serves(owner, agent):
+    communicator = HttpCommunicator(
+        application, "GET", "/signin/", headers=[(b"host", HOST.encode())]
+    )
+    response = await communicator.get_response(timeout=5)
+    headers = {name.lower(): value for name, value in response["headers"]}
+    assert response["status"] == 200
+    assert b"frame-ancestors 'none'" in headers[b"content-security-policy"]
