@@ -461,15 +461,18 @@ _SHORTEST_ENV_SECRET = 8
 def known_secrets(
     agent: Agent | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[str, ...]:
-    """Secret values Conch holds: Django's key, secret-named variables, the persona's auth profiles.
+    """Secret values Conch holds: Django's key, the secrets keys, secret-named variables, the
+    persona's auth profiles.
 
     For :func:`scrub_secrets`'s ``known``: a command's output that prints one of
     them exactly is caught even when it has no key's shape.
     """
     from django.conf import settings
 
+    from chats.secretbox import keys_known
+
     environ = os.environ if environ is None else environ
-    values = [settings.SECRET_KEY]
+    values = [settings.SECRET_KEY, *keys_known()]
     values += [
         value
         for name, value in environ.items()

@@ -145,6 +145,14 @@ def _keys(*, create: bool) -> list[bytes]:
         return _cached[1]
 
 
+def keys_known() -> tuple[str, ...]:
+    """The secrets keys' values, for scrubbing (``known_secrets``): none if there is no key yet."""
+    try:
+        return tuple(key.decode() for key in _keys(create=False))
+    except SecretsKeyError:
+        return ()
+
+
 def _fernet(*, create: bool) -> MultiFernet:
     return MultiFernet([Fernet(key) for key in _keys(create=create)])
 

@@ -39,6 +39,12 @@ ERR_NO_FOLDER = "This chat's folder ({folder}) does not exist."
 # A link where the check found none: swapped in since, or a loop. Never followed.
 ERR_LINK_ON_THE_WAY = "{path!r} leads through a link that changed or loops; it was not opened."
 ERR_UNDER_A_FILE = "{path!r} cannot be made: part of its way is a file, not a folder."
+ERR_CONCH_HOME = (
+    "{path!r} is inside Conch's own home ({home}), where its database and keys are: the file "
+    "tools never open it."
+)
+# A folder holding two of these is a Conch home, this one's or another install's.
+HOME_MARKS = ("secret_key", "secrets.key", "conch.sqlite3")
 
 
 def confine(folder: str, path: str) -> Path:
@@ -66,7 +72,36 @@ def confine(folder: str, path: str) -> Path:
         raise ToolError(ERR_LINK_ON_THE_WAY.format(path=path)) from None
     if real != root and root not in real.parents:
         raise ToolError(ERR_OUTSIDE.format(path=path, folder=folder))
+    home = conch_home_around(real, root=root)
+    if home is not None:
+        raise ToolError(ERR_CONCH_HOME.format(path=path, home=home))
     return real
+
+
+def conch_home_around(real: Path, *, root: Path) -> Path | None:
+    """The Conch home ``real`` is in (or is), unless the chat's folder is beneath that home.
+
+    As the sandbox hides ``CONCH_HOME``: a chat whose folder holds it (one working in ``~``
+    holds ``~/.conch``), or is it, can't read its keys or its database with the file tools
+    either. Other installs' homes are known by what is in them (:data:`HOME_MARKS`). A chat
+    whose folder is beneath a home (``CONCH_HOME/workspaces/default``) works there as ever,
+    as the sandbox shows it: its folder can't reach the home's own files.
+    """
+    own = Path(os.path.realpath(settings.CONCH_HOME))
+    for place in (real, *real.parents):
+        if place != own and not _looks_like_a_conch_home(place):
+            continue
+        if place in root.parents:  # the chat works in a folder beneath the home: not its keys
+            return None
+        return place
+    return None
+
+
+def _looks_like_a_conch_home(place: Path) -> bool:
+    try:
+        return sum(os.path.isfile(place / mark) for mark in HOME_MARKS) >= 2
+    except OSError:
+        return False
 
 
 def relative(folder: str, real: Path) -> str:
