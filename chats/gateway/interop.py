@@ -28,11 +28,13 @@ nothing, and :func:`sessions_import` writes what was shown.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -54,6 +56,7 @@ from chats.models import (
     Taint,
 )
 from chats.quoting import not_as_conch
+from chats.tools.beneath import open_beneath, open_folder
 
 FORMAT_VERSION = 1
 INSERT_BATCH = 1_000
@@ -224,8 +227,46 @@ class ImportReport:
     skipped: list[str] = field(default_factory=list)
 
 
-def _lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with open(path, encoding="utf-8") as source:
+@dataclass(frozen=True)
+class Transcript:
+    """A session's transcript file, beneath the archive's folder: opened as the file tools
+    open files, following no link, so no ``sessionFile`` reads anything outside the archive."""
+
+    root: Path  # the archive's folder, its real path
+    rel: str  # the file beneath it, resolved
+
+    @property
+    def name(self) -> str:
+        return Path(self.rel).name
+
+    def __str__(self) -> str:
+        return str(self.root / self.rel)
+
+    def exists(self) -> bool:
+        return (self.root / self.rel).is_file()
+
+    def open(self) -> IO[str]:
+        root_fd = open_folder(str(self.root))
+        try:
+            fd = open_beneath(root_fd, self.rel, os.O_RDONLY)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EXDEV):
+                raise InteropError(ERR_TRANSCRIPT_LINK.format(path=self)) from None
+            raise
+        finally:
+            os.close(root_fd)
+        return os.fdopen(fd, encoding="utf-8")
+
+
+ERR_TRANSCRIPT_OUTSIDE = (
+    "{where}: its sessionFile {given!r} is outside the archive ({root}); "
+    "a transcript is read only from beneath the archive's folder."
+)
+ERR_TRANSCRIPT_LINK = "{path} leads through a link that changed or loops; it was not read."
+
+
+def _lines(path: Transcript) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open() as source:
         for number, raw in enumerate(source, start=1):
             if not raw.strip():
                 continue
@@ -410,7 +451,7 @@ def _check_item(where: str, index_path: Path, item: dict[str, Any]) -> None:
     session_key = item.get("sessionKey")
     if session_key is not None and not isinstance(session_key, str):
         raise InteropError(f"{where}: sessionKey must be text or null.")
-    transcript = _transcript_of(index_path, item)
+    transcript = _transcript_of(index_path, item, where)
     if not transcript.exists():
         raise InteropError(f"{where}: its transcript {transcript.name} is missing.")
     _when(item.get("sessionStartedAt"), f"{where} sessionStartedAt")
@@ -475,11 +516,26 @@ def sessions_plan(*, root: Path, folder: Path | None = None) -> ImportPlan:
     return plan
 
 
-def _transcript_of(index_path: Path, item: dict[str, Any]) -> Path:
-    return index_path.parent / str(item.get("sessionFile") or f"{item['sessionId']}.jsonl")
+def _transcript_of(index_path: Path, item: dict[str, Any], where: str = "") -> Transcript:
+    """The session's transcript, beneath the archive (``ARCHIVE/agents/NAME/sessions/…``).
+
+    ``sessionFile`` is relative to the session index's folder. An absolute one was written
+    on the machine the archive came from: it is looked for by its name beside the index.
+    Anything that resolves outside the archive's folder, ``..`` or a link, is refused.
+    """
+    given = str(item.get("sessionFile") or f"{item['sessionId']}.jsonl")
+    sessions = index_path.parent
+    candidate = sessions / (Path(given).name if os.path.isabs(given) else given)
+    root = Path(os.path.realpath(index_path.parents[3]))
+    real = Path(os.path.realpath(candidate))
+    if root not in real.parents:
+        raise InteropError(
+            ERR_TRANSCRIPT_OUTSIDE.format(where=where or index_path, given=given, root=root)
+        )
+    return Transcript(root, str(real.relative_to(root)))
 
 
-def _entries(path: Path) -> Iterator[Entry]:
+def _entries(path: Transcript) -> Iterator[Entry]:
     """A transcript's entries, unsaved and of no chat yet, each numbered after the last."""
     next_seq = 1
     for number, line in _lines(path):
@@ -489,7 +545,7 @@ def _entries(path: Path) -> Iterator[Entry]:
             yield entry
 
 
-def _transcript_check(path: Path) -> None:
+def _transcript_check(path: Transcript) -> None:
     """Read a transcript through as the import will, keeping nothing: a bad line stops
     the plan, naming its file and line, before the import writes any session."""
     for _entry in _entries(path):

@@ -422,3 +422,62 @@ def test_a_title_no_database_can_store_stops_the_import_naming_the_index(
     with pytest.raises(CommandError, match=r"sessions\.json: its text .*lone surrogate"):
         run_import(root, "--yes")
     assert not Conversation.objects.filter(public_id__startswith="imp-").exists()
+
+
+# ---------------------------------------------------------------------------
+# Issue 30 item 8: a transcript is read only from beneath the archive's folder
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A file beside the archive, in the shape of a transcript, that it must never read."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    line = {"type": "message", "message": {"role": "user", "content": "VICTIM'S OWN WORDS"}}
+    (outside / "victim.jsonl").write_text(json.dumps(line) + "\n")
+    return outside / "victim.jsonl"
+
+
+def _nothing_imported():
+    return not Conversation.objects.exists() and not Entry.objects.exists()
+
+
+@pytest.mark.parametrize("how", ["dot-dot", "dot-dot from the root"])
+def test_a_session_file_that_climbs_out_of_the_archive_is_refused(
+    owner, agent, tmp_path, victim, how
+):
+    given = {
+        "dot-dot": "../../../../outside/victim.jsonl",
+        "dot-dot from the root": "../../../../../../../../../../" + str(victim).lstrip("/"),
+    }[how]
+    root = archive(tmp_path, {"sessionFile": given, "folder": str(tmp_path)})
+    with pytest.raises(CommandError, match="outside the archive") as refused:
+        run_import(root, "--yes")
+    assert "VICTIM" not in str(refused.value)
+    assert _nothing_imported()
+
+
+def test_an_absolute_session_file_is_looked_for_by_its_name_beside_the_index(
+    owner, agent, tmp_path, victim
+):
+    # Written on the machine the archive came from; here only its name counts.
+    root = archive(tmp_path, {"sessionFile": str(victim), "folder": str(tmp_path)})
+    with pytest.raises(CommandError, match="victim.jsonl is missing"):
+        run_import(root, "--yes")
+    assert _nothing_imported()
+    # With a transcript of that name beside the index, that one is read, not the victim.
+    sessions = root / "agents" / "main" / "sessions"
+    (sessions / "victim.jsonl").write_text((sessions / "imp-1.jsonl").read_text())
+    run_import(root, "--yes")
+    words = list(Entry.objects.values_list("text", flat=True))
+    assert words == ["words 1"]
+
+
+def test_a_link_in_the_archive_to_a_file_outside_it_is_refused(owner, agent, tmp_path, victim):
+    root = archive(tmp_path, {"sessionFile": "imp-1.jsonl", "folder": str(tmp_path)})
+    transcript = root / "agents" / "main" / "sessions" / "imp-1.jsonl"
+    transcript.unlink()
+    transcript.symlink_to(victim)
+    with pytest.raises(CommandError, match="outside the archive"):
+        run_import(root, "--yes")
+    assert _nothing_imported()
