@@ -42,6 +42,10 @@ class Limits:
 
     # A reply's steps and tools.
     tool_result_chars: int = 4_000  # what one step hands the model and keeps
+    # One answer from a model: its words (and its thinking, and its calls' arguments, each)
+    # are cut here as they stream in, and the calls past the first ones are refused in words.
+    answer_chars: int = 100_000
+    answer_tool_calls: int = 32
     stream_chars: int = 20_000  # the most of a reply's live words one event carries
     file_read_bytes: int = 200_000  # read_file
     folder_list_names: int = 500  # list_files

@@ -98,7 +98,7 @@ from chats.engines.base import (
 )
 from chats.limits import LIMITS
 from chats.models import AuthProfile, EntryKind, EntryRole
-from chats.quoting import conch_note, is_conch_note, not_as_conch
+from chats.quoting import NOTHING, conch_note, conch_words, is_conch_note, not_as_conch
 from chats.secretbox import SecretsKeyError, secret_readable
 from chats.summarize import SummaryLine, summarize
 
@@ -661,6 +661,8 @@ class Answer:
     stopped: bool = False
     reasoning: str = ""
     reasoning_field: str = ""  # the field the server thought aloud in, to send it back in
+    cut: bool = False  # it went past LIMITS.answer_chars, and the rest wasn't read
+    calls_refused: int = 0  # the calls past LIMITS.answer_tool_calls, never kept
 
 
 @dataclass
@@ -669,6 +671,7 @@ class _Slot:
     name: str = ""
     arguments: list[str] = field(default_factory=list)
     extra_content: dict[str, Any] | None = None
+    kept: bool = True  # False: a call past LIMITS.answer_tool_calls, whose pieces go nowhere
 
 
 _THINKING = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -695,6 +698,21 @@ class _Reading:
         self.slots: list[_Slot] = []
         self.at: dict[int, _Slot] = {}
         self.finish_reason: str | None = None
+        # Bounds (LIMITS.answer_chars, LIMITS.answer_tool_calls): what an answer may hold,
+        # counted as it streams in, so a flood is never held whole.
+        self.sizes: dict[int, int] = {}  # chars kept, by list
+        self.cut = False
+        self.calls_refused = 0
+
+    def _keep(self, into: list[str], piece: str) -> None:
+        """Add ``piece`` to ``into`` up to the bound; past it, the answer is cut."""
+        size = self.sizes.get(id(into), 0)
+        room = LIMITS.answer_chars - size
+        if len(piece) > room:
+            piece, self.cut = piece[: max(room, 0)], True
+        if piece:
+            into.append(piece)
+            self.sizes[id(into)] = size + len(piece)
 
     def take(self, chunk: Any) -> None:
         if getattr(chunk, "object", None) == "error" or (
@@ -711,11 +729,11 @@ class _Reading:
 
     def _delta(self, delta: Any) -> None:
         if isinstance(delta.content, str) and delta.content:
-            self.text.append(delta.content)
+            self._keep(self.text, delta.content)
         for name in REASONING_FIELDS:
             piece = getattr(delta, name, None)
             if isinstance(piece, str) and piece:
-                self.reasoning.append(piece)
+                self._keep(self.reasoning, piece)
                 self.reasoning_field = self.reasoning_field or name
         for call in getattr(delta, "tool_calls", None) or ():
             self._call(call)
@@ -730,8 +748,8 @@ class _Reading:
         slot = self._slot(getattr(call, "index", None), call_id, name)
         slot.id = slot.id or call_id
         slot.name = slot.name or name.strip()
-        if arguments:
-            slot.arguments.append(arguments)
+        if arguments and slot.kept:
+            self._keep(slot.arguments, arguments)
         extra = getattr(call, "extra_content", None)
         if isinstance(extra, dict):
             slot.extra_content = extra
@@ -750,7 +768,11 @@ class _Reading:
         )
         if new or slot is None:
             slot = _Slot()
-            self.slots.append(slot)
+            if len(self.slots) < LIMITS.answer_tool_calls:
+                self.slots.append(slot)
+            else:  # past the bound: its pieces go nowhere, and the answer says so
+                slot.kept = False
+                self.calls_refused += 1
             if index is not None:
                 self.at[index] = slot
         return slot
@@ -764,6 +786,8 @@ class _Reading:
             finish_reason=self.finish_reason,
             reasoning="".join(self.reasoning),
             reasoning_field=self.reasoning_field,
+            cut=self.cut,
+            calls_refused=self.calls_refused,
         )
 
 
@@ -1151,6 +1175,8 @@ def _stream_once(
                     watch.progress()
                     before = len(reading.text)
                     reading.take(chunk)
+                    if reading.cut:  # LIMITS.answer_chars: the rest is never read
+                        break
                     now = time.monotonic()
                     if (
                         on_text is not None
@@ -1172,7 +1198,7 @@ def _stream_once(
         )
     answer = reading.answer()
     answer.stopped = stopped
-    if not answer.stopped and answer.finish_reason is None:
+    if not answer.stopped and answer.finish_reason is None and not answer.cut:
         # The stream ended with no finish_reason: the connection dropped mid-answer.
         raise _Retry(ERR_CUT_OFF.format(url=config.base_url, tries="{tries}"))
     return answer
@@ -1244,6 +1270,17 @@ class OpenAICompatEngine:
         if answer.stopped:
             return Decision(End(), state)  # stopped meanwhile: the runtime lets this go
 
+        if answer.cut:
+            # Past LIMITS.answer_chars: its words end here, and no call of it runs (its
+            # arguments may stop anywhere). The reply ends with what was kept, and says so.
+            note = conch_note(
+                "this answer was cut at {n} characters, the most one answer may hold "
+                "(LIMITS.answer_chars){calls}.",
+                n=LIMITS.answer_chars,
+                calls=conch_words(", and none of its tool calls ran") if answer.calls else NOTHING,
+            )
+            return Decision(End(f"{answer.text}\n\n{note}".strip()), state)
+
         offered = {t.name for t in given.tools}
         cut_short = answer.finish_reason == "length"
         actions: list[dict[str, Any]] = []
@@ -1271,8 +1308,26 @@ class OpenAICompatEngine:
 
         if not actions:
             return Decision(End(answer.text), state)
-        if answer.text:
-            return Decision(Say(answer.text), {**state, "queue": actions})
+        words = answer.text
+        if answer.calls_refused and "tool" in actions[0]:
+            asked = len(answer.calls) + answer.calls_refused
+            words = "\n\n".join(
+                part
+                for part in (
+                    words,
+                    conch_note(
+                        "this answer asked for {asked} tool calls; one answer may make at most "
+                        "{n} (LIMITS.answer_tool_calls), so the first {n} run and the other "
+                        "{over} were refused. Ask for the rest in your next answer.",
+                        asked=asked,
+                        n=LIMITS.answer_tool_calls,
+                        over=answer.calls_refused,
+                    ),
+                )
+                if part
+            )
+        if words:
+            return Decision(Say(words), {**state, "queue": actions})
         first, rest = actions[0], actions[1:]
         state["queue"] = rest
         if "fail" in first:
