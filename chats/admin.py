@@ -18,6 +18,7 @@ from chats.models import (
     AuthProfile,
     Conversation,
     Entry,
+    FolderRoot,
     Origin,
     QueuedInput,
     SignInToken,
@@ -301,6 +302,29 @@ class AgentAdmin(admin.ModelAdmin):
             result = connection_test(agent)
             level = messages.SUCCESS if result.ok else messages.ERROR
             self.message_user(request, f"{agent.slug}: {result.message}", level)
+
+
+class FolderRootForm(forms.ModelForm):
+    class Meta:
+        model = FolderRoot
+        fields = ["account", "path"]
+
+    def clean_path(self) -> str:
+        from chats.forms import folder_clean
+
+        path = folder_clean(self.cleaned_data["path"])
+        if not path:
+            raise forms.ValidationError("A folder root needs a folder.")
+        return path
+
+
+@admin.register(FolderRoot)
+class FolderRootAdmin(admin.ModelAdmin):
+    """The folders each account's chats may work beneath (chats/roots.py)."""
+
+    form = FolderRootForm
+    list_display = ["account", "path"]
+    search_fields = ["account__username", "path"]
 
 
 @admin.register(AuthProfile)

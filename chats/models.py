@@ -131,6 +131,27 @@ class AuthProfile(models.Model):
         return secret_masked(self.secret)
 
 
+class FolderRoot(models.Model):
+    """A folder an account's chats may work beneath, set by the owner in the admin.
+
+    An account with none works beneath its own folder in Conch's home (``chats.roots``);
+    the install's owner (a superuser) with none works anywhere, as ever.
+    """
+
+    account = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="folder_roots"
+    )
+    path = models.CharField(max_length=1024, help_text="A full path to a folder that is there.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["account", "path"], name="folder_root_per_account")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account}: {self.path}"
+
+
 class Status(models.TextChoices):
     """A chat's state, as the chat list has it."""
 

@@ -326,10 +326,30 @@ def _connect_page(
     return render(request, "connect.html", context, status=status)
 
 
+ERR_NOT_YOURS_TO_CONNECT = (
+    "Only the owner or staff connect models: the model a persona answers with is the "
+    "whole install's, and its tools run as the owner. Ask them."
+)
+
+
+def manages_models(user) -> bool:
+    """Who may see and change personas' models: the install's owner (a superuser) and staff."""
+    return bool(user.is_superuser or user.is_staff)
+
+
+def _models_refused(request: HtmxHttpRequest) -> HttpResponse | None:
+    if manages_models(request.user):
+        return None
+    return HttpResponse(ERR_NOT_YOURS_TO_CONNECT, status=403, content_type="text/plain")
+
+
 @login_required
 @require_GET
 def connect(request: HtmxHttpRequest) -> HttpResponse:
     """Connect a model: the servers found on this computer, and a form for any other."""
+    refused = _models_refused(request)
+    if refused is not None:
+        return refused
     agent = default_agent()
     config = (
         agent.engine_config if agent.has_model and isinstance(agent.engine_config, dict) else {}
@@ -345,6 +365,9 @@ def connect(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 def connect_post(request: HtmxHttpRequest) -> HttpResponse:
     """Test connection, or Save: Save tries the model again and saves only if it answered."""
+    refused = _models_refused(request)
+    if refused is not None:
+        return refused
     form = ConnectModelForm(request.POST)
     if not form.is_valid():
         return _connect_page(request, form, status=400)

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 
-from chats import events
+from chats import events, roots
 from chats.limits import LIMITS
 from chats.models import (
     Agent,
@@ -96,7 +96,10 @@ def conversation_create(
     if len(title) > LIMITS.title_chars:
         raise ConchError(ERR_TITLE_TOO_LONG.format(chars=LIMITS.title_chars))
     agent = agent or default_agent()
-    folder = folder or agent.workspace
+    folder = str(folder or roots.default_folder(owner) or agent.workspace)
+    refused = roots.folder_refusal(owner, folder)
+    if refused:
+        raise ConchError(refused)
     with transaction.atomic():
         conversation = Conversation.objects.create(
             owner=owner,

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from chats import events, hooks, processes
+from chats import events, hooks, processes, roots
 from chats.engines import engine_for
 from chats.engines.base import STEP, Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
 from chats.engines.scripted import validate_script
@@ -505,6 +505,9 @@ def _run_step(
         # the chat changed is refused in words, never run.
         toolset = tool_set_for(conversation)
         refused = _refusal_now(conversation, toolset, tool, approved=clear_pending)
+        if not refused and _uses_folder(tool):
+            # The account may work only beneath its folders (chats/roots.py), now as well.
+            refused = roots.folder_refusal(conversation.owner, toolset.folder or turn.folder)
         now = timezone.now()
         step = Step.objects.create(
             turn=turn,

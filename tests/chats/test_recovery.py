@@ -227,7 +227,7 @@ _DOOMED_WORKER = textwrap.dedent(
 
     call_command("migrate", verbosity=0)
     folder = os.environ["CRASH_FOLDER"]
-    owner = get_user_model().objects.create(username="owner")
+    owner = get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True)
     Agent.objects.create(slug="main", name="Conch", workspace=folder, is_default=True)
     command = (
         "echo run >> runs.log; echo ready > ready.fifo; "

@@ -34,7 +34,7 @@ from chats.models import Agent, AuthProfile
 from chats.gateway.models import ChannelAccount
 
 call_command("migrate", interactive=False, verbosity=0)
-owner = get_user_model().objects.create(username="owner")
+owner = get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True)
 agent = Agent.objects.create(slug="main-persona", name="Main", workspace="/tmp")
 AuthProfile.objects.create(agent=agent, name="deploy-profile", secret={API_KEY!r})
 ChannelAccount.objects.create(owner=owner, channel="telegram", account_id="mybot",

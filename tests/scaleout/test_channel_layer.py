@@ -101,7 +101,7 @@ from django.test import Client
 from chats.signout import session_group
 
 client = Client()
-client.force_login(get_user_model().objects.create(username="owner"))
+client.force_login(get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True))
 key = client.cookies[settings.SESSION_COOKIE_NAME].value
 print("signed-in", key, session_group(key))
 """

@@ -31,7 +31,7 @@ from together import waits
 from together.listing import list_chats
 from together.models import Wait, WaitKind
 
-owner = get_user_model().objects.create(username="owner")
+owner = get_user_model().objects.create(username="owner", is_superuser=True, is_staff=True)
 agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
 now = timezone.now()
 rng = random.Random(17)

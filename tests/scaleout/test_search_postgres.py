@@ -20,14 +20,25 @@ import json
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
-from chats.models import Agent, AuthProfile, Conversation, EntryRole, Origin, Taint, Turn, TurnState
+from chats.models import (
+    Agent,
+    AuthProfile,
+    Conversation,
+    EntryRole,
+    FolderRoot,
+    Origin,
+    Taint,
+    Turn,
+    TurnState,
+)
 from chats.runtime.chats import conversation_create, entry_append
 from chats.tools.registry import ToolContext, validate_args
 from together import past
 
 User = get_user_model()
-owner = User.objects.create(username="owner")
+owner = User.objects.create(username="owner", is_superuser=True, is_staff=True)
 someone = User.objects.create(username="someone")
+FolderRoot.objects.create(account=someone, path="/tmp")  # as the owner sets it in the admin
 agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
 
 

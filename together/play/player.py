@@ -31,7 +31,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from chats import events
-from chats.models import Conversation, counted_ids
+from chats.models import Conversation, FolderRoot, counted_ids
 from chats.runtime.chats import conversation_create, default_agent
 from chats.runtime.runner import drive_one_action, runnable_by_chat
 from chats.runtime.turns import message_send, tasks_make_room
@@ -276,6 +276,8 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
             people = {"owner": owner}
             if any(spec.person == "second" for spec in scenario.chats):
                 people["second"] = second_person()
+                # As the owner would in the admin: the second person works beneath the run's root.
+                FolderRoot.objects.get_or_create(account=people["second"], path=str(root))
             if scenario.persona is not None:
                 persona_set(scenario.persona, root)
             chats: list[Conversation] = []
