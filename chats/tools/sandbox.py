@@ -205,18 +205,51 @@ def _mounts(folder: str, *, network: bool) -> list[tuple[str, int, list[str]]]:
     return mounts
 
 
-def bwrap_argv(bwrap: str, folder: str, *, network: bool) -> list[str]:
+# For a chat with other people in it: the system a shell needs, and nothing of the owner's.
+STRANGERS_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Of /etc, only what programs need to start and find each other (Debian's alternatives:
+# awk, editor…), and, with the network, to resolve names and check certificates.
+STRANGERS_ETC = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime")
+STRANGERS_ETC_NETWORK = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/ssl")
+
+
+def _strangers_view(folder: str, *, network: bool) -> list[str]:
+    """Mounts for a stranger's command: the system directories, a minimal /etc, the folder.
+
+    ``/`` isn't mounted at all: no home, no ``/srv``, ``/opt`` or ``/var``, nothing of
+    ``CONCH_HOME``; what isn't named here isn't there.
+    """
+    argv: list[str] = []
+    for place in STRANGERS_SYSTEM:
+        if os.path.islink(place):  # merged /usr: /bin -> usr/bin
+            argv += ["--symlink", os.readlink(place), place]
+        elif os.path.isdir(place):
+            argv += ["--ro-bind", place, place]
+    for place in STRANGERS_ETC + (STRANGERS_ETC_NETWORK if network else ()):
+        real = os.path.realpath(place)
+        if os.path.exists(real):
+            argv += ["--ro-bind", real, place]
+    argv += ["--tmpfs", "/tmp", "--bind", folder, folder]
+    return argv
+
+
+def bwrap_argv(bwrap: str, folder: str, *, network: bool, strangers: bool = False) -> list[str]:
     """bwrap's arguments to run a command in ``folder`` (a real path).
 
     Mounts go shallowest first, so a deeper one wins: the chat's folder shows
     through a hidden home it lies in, and ``CONCH_HOME`` stays hidden inside
-    a chat's folder (or a home) that holds it.
+    a chat's folder (or a home) that holds it. For a chat with other people in it
+    (``strangers``), only the system, a minimal ``/etc`` and the folder are there.
     """
-    argv = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for _, _, args in sorted(
-        _mounts(folder, network=network), key=lambda m: (len(Path(m[0]).parts), m[1])
-    ):
-        argv += args
+    argv = [bwrap]
+    if strangers:
+        argv += ["--dev", "/dev", "--proc", "/proc", *_strangers_view(folder, network=network)]
+    else:
+        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for _, _, args in sorted(
+            _mounts(folder, network=network), key=lambda m: (len(Path(m[0]).parts), m[1])
+        ):
+            argv += args
     argv += ["--unshare-all"]
     if network:
         argv += ["--share-net"]

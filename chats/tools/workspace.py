@@ -390,7 +390,10 @@ def _command_argv(
         return shell, False, ""
     probe = sandbox.sandbox_probe()
     if probe.works:
-        return sandbox.bwrap_argv(probe.bwrap, folder, network=chosen.network) + shell, True, ""
+        argv = sandbox.bwrap_argv(
+            probe.bwrap, folder, network=chosen.network, strangers=ctx.sandbox_required
+        )
+        return argv + shell, True, ""
     if settings.CONCH_SANDBOX == sandbox.SANDBOX_REQUIRED:
         raise ToolError(sandbox.ERR_SANDBOX_REQUIRED.format(why=probe.why))
     if ctx.sandbox_required:

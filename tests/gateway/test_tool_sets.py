@@ -19,7 +19,6 @@ from chats.runtime.turns import message_send, turn_approve
 from chats.taint import taint_raise
 from chats.tools.registry import tools_offered
 from chats.toolsets import ERR_NO_FOLDER_OF_ITS_OWN, OWNERS, STRANGERS, tool_set_for
-from tests.commands import PYTHON
 from tests.factories import ChatFactory, agent_admin_form
 
 SECRET = "owner-only-7f3a9c"
@@ -152,7 +151,7 @@ def test_a_strangers_command_runs_in_the_sandbox_even_with_the_sandbox_off(
     agent.save()
     marker = settings.CONCH_HOME / "marker.txt"
     marker.write_text("Conch's own")
-    probe = f"{PYTHON} -c \"import os; print('home seen' if os.path.exists({str(marker)!r}) else 'home hidden')\""
+    probe = f"if [ -e '{marker}' ]; then echo 'home seen'; else echo 'home hidden'; fi"
 
     chat = _answered(
         receive(peer="mallory"),
@@ -164,6 +163,40 @@ def test_a_strangers_command_runs_in_the_sandbox_even_with_the_sandbox_off(
     assert step.error == ""
     assert step.sandboxed is True
     assert "home hidden" in step.result
+
+
+def test_a_strangers_command_sees_the_system_and_its_folder_and_nothing_of_the_owners(
+    agent, receive, tmp_path, settings
+):
+    """Issue 30 item 6: / was mounted read-only, so a stranger's cat printed the owner's file."""
+    own = tmp_path / "bot"
+    own.mkdir()
+    (own / "faq.txt").write_text("opening hours\n")
+    owners = tmp_path / "srv" / "owner"
+    owners.mkdir(parents=True)
+    (owners / "owner-secret.txt").write_text(f"{SECRET}\n")
+    agent.workspace = str(own)
+    agent.stranger_tools = ["run_command"]
+    agent.save()
+    command = (
+        f"cat faq.txt; cat '{owners}/owner-secret.txt' 2>&1; ls /; "
+        "echo shell works | tr a-z A-Z; ls /etc"
+    )
+    chat = _answered(
+        receive(peer="mallory"), [{"tool": "run_command", "args": {"command": command}}]
+    )
+    turn_approve(turn=chat.turns.get())
+    drain()
+    step = Step.objects.get(turn__conversation=chat)
+    assert step.error == "" and step.sandboxed is True
+    assert "opening hours" in step.result and "SHELL WORKS" in step.result
+    assert SECRET not in step.result, step.result
+    assert "such file or directory" in step.result  # cat found nothing there
+    shown = set(step.result.split())
+    for place in ("home", "root", "srv", "opt", "var", "mnt", "media"):
+        assert place not in shown, place
+    assert "passwd" not in shown and "shadow" not in shown  # of /etc, only what a shell needs
+    assert SECRET not in _everything_said(chat)
 
 
 def test_each_reading_tool_can_be_set_to_ask_the_owner_first(agent, receive, tmp_path):
