@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from chats import regions
 from chats.demo import demo_start_pending
-from chats.engines.discovery import servers_find, usual_ports
+from chats.engines.discovery import other_account_warning, servers_find, usual_ports
 from chats.forms import ConnectModelForm, NewChatForm
 from chats.models import Conversation
 from chats.runtime import selectors
@@ -315,9 +315,14 @@ def chat_delete(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
 
 
 def _connect_page(
-    request: HtmxHttpRequest, form: ConnectModelForm, *, result=None, status: int = 200
+    request: HtmxHttpRequest,
+    form: ConnectModelForm,
+    *,
+    result=None,
+    warning: str = "",
+    status: int = 200,
 ) -> HttpResponse:
-    context = {"form": form, "result": result, "agent": default_agent()}
+    context = {"form": form, "result": result, "agent": default_agent(), "warning": warning}
     if request.htmx and request.method == "POST":
         # Only the result swaps in: the fields keep what was typed, the key included.
         return render(request, "connect.html#connect-result", context, status=status)
@@ -379,8 +384,12 @@ def connect_post(request: HtmxHttpRequest) -> HttpResponse:
     result = model_try(choice=choice)
     if not result.ok:
         return _connect_page(request, form, result=result, status=400)
+    # Another account's server on a usual port: said plainly, and saved only when trusted.
+    warning = other_account_warning(choice.base_url)
     if request.POST.get("action") != "save":
-        return _connect_page(request, form, result=result)
+        return _connect_page(request, form, result=result, warning=warning)
+    if warning and request.POST.get("trust_other_account") != "yes":
+        return _connect_page(request, form, result=result, warning=warning, status=400)
     model_connect(choice=choice)
     home = reverse("chats:home")
     if request.htmx:

@@ -20,7 +20,7 @@ SDK's import is most of the time any ``conch`` command takes to start.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from django.conf import settings
@@ -51,11 +51,89 @@ ERR_NO_MODELS = "The server at {url} lists no models. Load or pull one there fir
 
 @dataclass(frozen=True)
 class FoundServer:
-    """A server found on a usual port: what it is probably, where, and its models."""
+    """A server found on a usual port: what it is probably, where, its models, and whose it is."""
 
     name: str
     base_url: str
     models: tuple[str, ...]
+    # Whose it is: said beside it, not part of which server it is (equality).
+    account: str = field(default="", compare=False)  # as the system's socket table says
+    yours: bool = field(default=True, compare=False)  # run by Conch's own account, or root
+
+
+# ---------------------------------------------------------------------------
+# Whose server is it? Another account on this computer can listen on a usual port first:
+# choosing its server would hand that account the chats' words and their tools' results.
+
+# /proc/net/tcp's local addresses that loopback reaches: 127.0.0.1, 0.0.0.0, ::1, ::,
+# and 127.0.0.1 mapped into IPv6.
+_REACHED_ON_LOOPBACK = {
+    "0100007F",
+    "00000000",
+    "00000000000000000000000001000000",
+    "00000000000000000000000000000000",
+    "0000000000000000FFFF00000100007F",
+}
+_LISTEN = "0A"
+SOCKET_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+WARN_OTHER_ACCOUNT = (
+    "The server at {url} is run by another account on this computer, {account}, not by "
+    "you or root. Whatever listens there first gets every chat's words and what its tools "
+    "read, and its answers choose which tools run as you. Save it only if you trust {account}."
+)
+
+
+def listener_uid(port: int, tables: tuple[str, ...] = SOCKET_TABLES) -> int | None:
+    """The user id owning the socket listening on ``port`` where loopback reaches, or None."""
+    for table in tables:
+        try:
+            with open(table, encoding="ascii") as rows:
+                next(rows, None)  # the header
+                for row in rows:
+                    fields = row.split()
+                    if len(fields) < 8 or fields[3] != _LISTEN:
+                        continue
+                    address, _, hex_port = fields[1].rpartition(":")
+                    if int(hex_port, 16) == port and address.upper() in _REACHED_ON_LOOPBACK:
+                        return int(fields[7])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def account_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"user {uid}"
+
+
+def runs_as_you(uid: int | None) -> bool:
+    """Run by the account Conch runs as, or by root; unknown counts as yours (nothing to say)."""
+    import os
+
+    return uid is None or uid in (0, os.geteuid())
+
+
+def other_account_warning(base_url: str) -> str:
+    """Words for a loopback server another account runs, or "" if it is yours (or not local)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(base_url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return ""
+    if (parts.hostname or "").lower() not in ("127.0.0.1", "localhost", "::1"):
+        return ""
+    uid = listener_uid(port)
+    if runs_as_you(uid):
+        return ""
+    assert uid is not None
+    return WARN_OTHER_ACCOUNT.format(url=base_url, account=account_name(uid))
 
 
 def usual_ports() -> dict[int, str]:
@@ -117,9 +195,12 @@ def _cause_words(exc: BaseException) -> str:
 def _probe(port: int, name: str, host: str, timeout: float) -> FoundServer | None:
     base_url = f"http://{host}:{port}/v1"
     try:
-        return FoundServer(name, base_url, models_list(base_url, timeout=timeout))
+        models = models_list(base_url, timeout=timeout)
     except EngineError:
         return None
+    uid = listener_uid(port)
+    account = account_name(uid) if uid is not None else ""
+    return FoundServer(name, base_url, models, account=account, yours=runs_as_you(uid))
 
 
 def servers_find(
