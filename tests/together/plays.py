@@ -35,3 +35,13 @@ def reports_played(names: tuple[str, ...], template: Path) -> dict[str, dict]:
     with ThreadPoolExecutor(max_workers=len(names)) as pool:
         printed = {name: pool.submit(report_printed, name, template) for name in names}
     return {name: json.loads(future.result()) for name, future in printed.items()}
+
+
+def chats_of(report: dict) -> dict[str, dict]:
+    """A report's chats, by the names the scenario gave them."""
+    return {chat["name"]: chat for chat in report["chats"]}
+
+
+def steps(chat: dict) -> list[dict]:
+    """Every step of a reported chat's replies, in order."""
+    return [step for reply in chat["replies"] for step in reply["steps"]]

@@ -24,7 +24,7 @@ import json
 
 import pytest
 
-from tests.together.plays import reports_played
+from tests.together.plays import chats_of, reports_played
 
 SCENARIOS = (
     "wait_killed_as_it_lets_go",
@@ -38,10 +38,6 @@ SCENARIOS = (
 @pytest.fixture(scope="module")
 def reports(play_template) -> dict[str, dict]:
     return reports_played(SCENARIOS, play_template)
-
-
-def chats_of(report: dict) -> dict[str, dict]:
-    return {chat["name"]: chat for chat in report["chats"]}
 
 
 def model_inputs(reply: dict) -> str:

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from chats.runtime.claims import ERR_WRITE_CUT_OFF
-from tests.together.plays import report_printed
+from tests.together.plays import chats_of, report_printed
 from together.play.scenario import ACTIONS, ERR_ACTION_SHAPE, ScenarioError, scenario_parse
 
 SCENARIO = "person_and_runner"
@@ -32,10 +32,6 @@ def played(play_template) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def report(played) -> dict:
     return json.loads(played[0])
-
-
-def chats_of(report: dict) -> dict[str, dict]:
-    return {chat["name"]: chat for chat in report["chats"]}
 
 
 def test_the_actions_scenario_prints_the_same_bytes_every_run(played):

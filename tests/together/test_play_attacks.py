@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.frames import conch_voices
-from tests.together.plays import reports_played
+from tests.together.plays import chats_of, reports_played, steps
 from together import messages as msgs
 
 SCENARIOS = (
@@ -27,14 +27,6 @@ SECRET_VALUES = (
 @pytest.fixture(scope="module")
 def reports(play_template) -> dict[str, dict]:
     return reports_played(SCENARIOS, play_template)
-
-
-def chats_of(report):
-    return {chat["name"]: chat for chat in report["chats"]}
-
-
-def steps(chat):
-    return [step for reply in chat["replies"] for step in reply["steps"]]
 
 
 def test_item_4_no_secret_reaches_the_other_chat_by_message_wait_or_stored_arguments(reports):

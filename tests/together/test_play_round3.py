@@ -8,7 +8,7 @@ import pytest
 
 from chats.quoting import angle_of
 from chats.refusals import IN_PLAN_MODE_NOW, for_person
-from tests.together.plays import reports_played
+from tests.together.plays import chats_of, reports_played, steps
 from together import messages as msgs
 
 SCENARIOS = (
@@ -25,14 +25,6 @@ TOKEN_PIECES = ("ghp_16C7e42F292c6912E", "7710c838347Ae178B4a")
 @pytest.fixture(scope="module")
 def reports(play_template) -> dict[str, dict]:
     return reports_played(SCENARIOS, play_template)
-
-
-def chats_of(report):
-    return {chat["name"]: chat for chat in report["chats"]}
-
-
-def steps(chat):
-    return [step for reply in chat["replies"] for step in reply["steps"]]
 
 
 def history(message):

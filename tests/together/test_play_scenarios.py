@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.together.plays import report_printed
+from tests.together.plays import chats_of, report_printed
 from tests.together.test_play import Person
 from together.messages import ERR_CHAIN_MESSAGES, ERR_CHAIN_REPLIES, MESSAGE_LIMITS
 from together.models import MessageState
@@ -50,10 +50,6 @@ def outputs(play_template) -> dict[str, tuple[str, str]]:
 @pytest.fixture(scope="module")
 def reports(outputs) -> dict[str, dict]:
     return {name: json.loads(first) for name, (first, _) in outputs.items()}
-
-
-def chats_of(report: dict) -> dict[str, dict]:
-    return {chat["name"]: chat for chat in report["chats"]}
 
 
 def chain(report: dict, chain_id: str) -> dict:
