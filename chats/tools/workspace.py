@@ -16,7 +16,7 @@ from chats import processes
 from chats.limits import LIMITS
 from chats.models import Effect, Step
 from chats.quoting import file_name, known_secrets, scrub_secrets
-from chats.tools import diffs, sandbox
+from chats.tools import diffs, reaper, sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.registry import (
     EDITING_FILES,
@@ -387,7 +387,7 @@ def _command_argv(
     """How to run ``command``: its argv, whether it is sandboxed, and a note for the chat."""
     shell = ["/bin/sh", "-c", command]
     if settings.CONCH_SANDBOX == sandbox.SANDBOX_OFF and not ctx.sandbox_required:
-        return shell, False, ""
+        return reaper.kept(shell), False, ""
     probe = sandbox.sandbox_probe()
     if probe.works:
         argv = sandbox.bwrap_argv(
@@ -403,7 +403,8 @@ def _command_argv(
     if ctx.step_id is not None:
         others = others.exclude(pk=ctx.step_id)
     told = others.exists()
-    return shell, False, "" if told else sandbox.NOTE_NO_SANDBOX.format(why=probe.why) + "\n"
+    note = "" if told else sandbox.NOTE_NO_SANDBOX.format(why=probe.why) + "\n"
+    return reaper.kept(shell), False, note
 
 
 def _end_and_collect(process: subprocess.Popen, *, sandboxed: bool) -> str:

@@ -784,3 +784,52 @@ def test_recovery_never_ends_a_process_older_than_the_group_it_recorded(marker):
 
     assert found == processes.GONE
     assert processes_running(marker) == [older]  # left alone
+
+
+# ---------------------------------------------------------------------------
+# Issue 30 item 10: with no sandbox, what leaves the group with setsid ends too
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_the_sandbox_stop_ends_what_left_the_group_with_setsid(
+    agent, workspace, settings, marker
+):
+    settings.CONCH_SANDBOX = sandbox.SANDBOX_OFF
+    os.mkfifo(workspace / "ready.fifo")
+    escape = f"setsid sleep {marker} > /dev/null 2>&1 < /dev/null &"
+    chat = ChatFactory(reply=[command(f"{escape} {_long_command(marker)}"), say("After.")])
+    message_send(conversation=chat, text="go")
+    driver = _drive_in_a_thread("setsid-test")
+    pids = _started(workspace, marker)
+    wait_until(lambda: len(processes_running(marker)) >= 2, timeout=30, what="both sleeps")
+    pids = processes_running(marker)
+    assert len(pids) == 2
+    escaped = [pid for pid in pids if os.getsid(pid) == pid]
+    assert escaped, "the setsid sleep leads a session of its own"
+
+    conversation_stop(conversation=chat)
+
+    try:
+        assert wait_until_ended(pids, timeout=10) == [], "a setsid child outlived the Stop"
+    finally:
+        kill_all(marker)
+    driver.join(30)
+    assert Step.objects.get(turn__conversation=chat).error == ERR_COMMAND_STOPPED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_the_sandbox_a_command_that_ends_leaves_nothing_running(
+    agent, workspace, settings, marker
+):
+    settings.CONCH_SANDBOX = sandbox.SANDBOX_OFF
+    chat = ChatFactory(
+        reply=[command(f"setsid sleep {marker} > /dev/null 2>&1 < /dev/null & echo started")]
+    )
+    try:
+        message_send(conversation=chat, text="go")
+        drain()
+        step = Step.objects.get(turn__conversation=chat)
+        assert step.result == "exit status 0\nstarted\n"
+        assert wait_until_ended(processes_running(marker), timeout=10) == []
+    finally:
+        kill_all(marker)
