@@ -442,10 +442,22 @@ def _scrub(text: str, known: tuple[str, ...]) -> str:
         text = text[:start] + REDACTED + text[end:]
     for shape in _OWN_SHAPES:
         text = shape.sub(REDACTED, text)
-    return _ASSIGNED.sub(
-        lambda m: m.group(0) if m.group(3) == REDACTED else f"{m.group(1)}{m.group(2)}{REDACTED}",
-        text,
-    )
+    return _ASSIGNED.sub(_assigned_value_out, text)
+
+
+# A file's name before a colon, as tools print it (``cat: owner-secret.txt: No such file``):
+# the word after it is a message, not the value of a secret.
+_FILE_NAME = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,4}\Z")
+
+
+def _assigned_value_out(m: re.Match[str]) -> str:
+    name, between, value = m.group(1), m.group(2), m.group(3)
+    if value == REDACTED:
+        return m.group(0)
+    ending = _FILE_NAME.search(name)
+    if ending and between.strip() == ":" and not re.search(_SECRET_NAMES, ending.group(0), re.I):
+        return m.group(0)  # ``secret.txt: …`` names a file; ``db.password: …`` is a setting
+    return f"{name}{between}{REDACTED}"
 
 
 # Environment variables whose values are the server's secrets, wherever they show up:

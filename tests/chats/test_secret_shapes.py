@@ -115,6 +115,15 @@ def test_a_secret_in_words_of_many_lines_takes_out_only_the_secret():
     assert scrub_secrets(text) == "Grüße,\nthe key is [redacted]\n\tthanks"
 
 
+def test_a_file_named_like_a_secret_in_a_tools_message_is_no_secret():
+    said = "cat: /srv/owner/owner-secret.txt: No such file or directory"
+    assert scrub_secrets(said) == said
+    # A setting whose last part is a secret's name still is one, and so is "password = …".
+    assert scrub_secrets("db.password: hunter22") == "db.password: [redacted]"
+    assert scrub_secrets("client.secret=Zx81kQm2Pq0Lw7Rn") == "client.secret=[redacted]"
+    assert scrub_secrets("secret.txt = Zx81kQm2Pq0Lw7Rn") == "secret.txt = [redacted]"
+
+
 def test_ordinary_words_are_left_alone():
     for text in (
         "the secretary is away",
