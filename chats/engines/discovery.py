@@ -19,9 +19,12 @@ SDK's import is most of the time any ``conch`` command takes to start.
 
 from __future__ import annotations
 
+import os
+import pwd
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -32,6 +35,9 @@ if TYPE_CHECKING:
     import openai
 
 LOOPBACK = "127.0.0.1"
+# The names of this computer's loopback: where `conch serve` may listen, and where a model
+# server's owner is looked up before it is saved.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 PROBE_TIMEOUT = 1.5  # seconds a usual port may take to answer before it counts as nothing there
 LIST_TIMEOUT = 10.0  # seconds a server the person named may take to list its models
 NO_KEY = "no-key"  # the SDK insists on a key; servers that need none ignore it
@@ -103,8 +109,6 @@ def listener_uid(port: int, tables: tuple[str, ...] = SOCKET_TABLES) -> int | No
 
 
 def account_name(uid: int) -> str:
-    import pwd
-
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
@@ -113,21 +117,17 @@ def account_name(uid: int) -> str:
 
 def runs_as_you(uid: int | None) -> bool:
     """Run by the account Conch runs as, or by root; unknown counts as yours (nothing to say)."""
-    import os
-
     return uid is None or uid in (0, os.geteuid())
 
 
 def other_account_warning(base_url: str) -> str:
     """Words for a loopback server another account runs, or "" if it is yours (or not local)."""
-    from urllib.parse import urlsplit
-
     try:
         parts = urlsplit(base_url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         return ""
-    if (parts.hostname or "").lower() not in ("127.0.0.1", "localhost", "::1"):
+    if (parts.hostname or "").lower() not in LOOPBACK_HOSTS:
         return ""
     uid = listener_uid(port)
     if runs_as_you(uid):

@@ -20,12 +20,12 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from chats.engines.discovery import LOOPBACK_HOSTS
 from chats.forms import base_url_clean
 from conch import collector
 
 log = logging.getLogger(__name__)
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 ERR_HOST = (
     "--host must be a loopback address ({allowed}): Conch answers only on this machine "
     "(got {host!r})."
