@@ -469,15 +469,19 @@ def _record_refused_step(
 
 
 def _refusal_now(
-    conversation: Conversation, toolset: ToolSet, tool: Tool, *, approved: bool
+    conversation: Conversation, toolset: ToolSet, tool: Tool, folder: str, *, approved: bool
 ) -> str:
-    """Why ``tool`` may not run in this chat as it is now, or "".
+    """Why ``tool`` may not run in this chat, in ``folder``, as it is now, or "".
 
     An approved step is looked at again as a new call would be: the person's OK was
     for the chat as it was, so a switch to Plan mode, a tool set that no longer has
-    the tool, or someone else's words coming in each refuse it (ADR 0134).
+    the tool, or someone else's words coming in each refuse it (ADR 0134). A tool that
+    uses the folder runs only beneath the folders the chat's account may use (chats/roots.py).
     """
-    refused = toolset.refusal(tool.name, uses_folder=_uses_folder(tool))
+    uses_folder = _uses_folder(tool)
+    refused = toolset.refusal(tool.name, uses_folder=uses_folder)
+    if not refused and uses_folder:
+        refused = roots.folder_refusal(conversation.owner, folder)
     if refused or tool in tools_offered(conversation):
         return refused
     if not approved:
@@ -504,10 +508,9 @@ def _run_step(
         # Checked again under the chat's lock: a tool asked for, or approved, before
         # the chat changed is refused in words, never run.
         toolset = tool_set_for(conversation)
-        refused = _refusal_now(conversation, toolset, tool, approved=clear_pending)
-        if not refused and _uses_folder(tool):
-            # The account may work only beneath its folders (chats/roots.py), now as well.
-            refused = roots.folder_refusal(conversation.owner, toolset.folder or turn.folder)
+        # A chat with other people works in the persona's own folder, never the owner's.
+        folder = toolset.folder or turn.folder
+        refused = _refusal_now(conversation, toolset, tool, folder, approved=clear_pending)
         now = timezone.now()
         step = Step.objects.create(
             turn=turn,
@@ -524,8 +527,7 @@ def _run_step(
     ctx = ToolContext(
         conversation=conversation,
         turn=turn,
-        # A chat with other people works in the persona's own folder, never the owner's.
-        folder=toolset.folder or turn.folder,
+        folder=folder,
         step_id=step.pk,
         worker=worker,
         interrupted=lambda: _command_interrupted(turn.pk, worker),
