@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ["LIMITS", "MESSAGE_LIMITS", "Limits", "MessageLimits", "duration_words"]
+__all__ = [
+    "LIMITS",
+    "MESSAGE_LIMITS",
+    "Limits",
+    "MessageLimits",
+    "duration_words",
+    "size_words",
+]
 
 
 @dataclass(frozen=True)
@@ -103,3 +110,12 @@ def duration_words(span: timedelta) -> str:
             count = seconds // size
             return f"{count} {unit}{'' if count == 1 else 's'}"
     return f"{seconds} second{'' if seconds == 1 else 's'}"
+
+
+def size_words(count: int) -> str:
+    """A size in bytes as a person says it: "32 MB", "64 KB", "100 bytes"."""
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if count >= size:
+            whole, part = divmod(count, size)
+            return f"{whole} {unit}" if not part else f"{count / size:.1f} {unit}"
+    return f"{count} byte{'' if count == 1 else 's'}"

@@ -378,6 +378,11 @@ CONCH_CRON_LANE = envint("CONCH_CRON_LANE", 2, minimum=1)
 CONCH_RUNNER_THREADS = envint("CONCH_RUNNER_THREADS", 16, minimum=2)
 CONCH_COMMAND_TIMEOUT = envfloat("CONCH_COMMAND_TIMEOUT", 120.0, minimum=0.1)
 CONCH_COMMAND_OUTPUT_LIMIT = envint("CONCH_COMMAND_OUTPUT_LIMIT", 16_000, minimum=256)
+# A command that prints more than this in all (stdout and stderr) is ended: only a head
+# and a tail of what it prints are ever kept (chats/tools/output.py).
+CONCH_COMMAND_OUTPUT_MAX_BYTES = envint(
+    "CONCH_COMMAND_OUTPUT_MAX_BYTES", 32 * 1024 * 1024, minimum=64 * 1024
+)
 # Where commands run: in bubblewrap's sandbox when it works (auto), always (required:
 # a command is refused where it doesn't work) or never (off). See chats/tools/sandbox.py.
 CONCH_SANDBOX = envchoice("CONCH_SANDBOX", "auto", ("auto", "off", "required"))

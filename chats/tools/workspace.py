@@ -13,11 +13,12 @@ from typing import Any
 from django.conf import settings
 
 from chats import processes
-from chats.limits import LIMITS
+from chats.limits import LIMITS, size_words
 from chats.models import Effect, Step
 from chats.quoting import file_name, known_secrets, scrub_secrets
 from chats.tools import diffs, reaper, sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
+from chats.tools.output import Output
 from chats.tools.registry import (
     EDITING_FILES,
     READING_FILES,
@@ -34,6 +35,7 @@ AFTER_KILL_SECONDS = 2.0
 # How often a running command looks whether its reply was stopped in another process.
 LOOK_EVERY_SECONDS = 0.5
 STDERR_LABEL = "stderr:\n"
+ERR_FLOODED = "The command printed more than {size} and was stopped."
 ERR_OUTSIDE = "{path!r} is outside this chat's folder ({folder})."
 ERR_NO_FOLDER = "This chat's folder ({folder}) does not exist."
 # A link where the check found none: swapped in since, or a loop. Never followed.
@@ -369,18 +371,6 @@ def _list_files(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     return ToolResult("\n".join(names) if names else "(empty)")
 
 
-def _cut(text: str, limit: int) -> str:
-    """``text`` in at most ``limit`` characters: its head and its tail, and what was cut."""
-    if len(text) <= limit:
-        return text
-    # The longest the note can be, so the head, the note and the tail fit in the limit.
-    keep = max(limit - len(f"\n… ({len(text)} characters cut) …\n"), 0)
-    head = keep // 2
-    tail = keep - head
-    note = f"\n… ({len(text) - keep} characters cut) …\n"
-    return text[:head] + note + (text[-tail:] if tail else "")
-
-
 def _command_argv(
     ctx: ToolContext, folder: str, command: str, chosen: sandbox.CommandSettings
 ) -> tuple[list[str], bool, str]:
@@ -405,22 +395,6 @@ def _command_argv(
     told = others.exists()
     note = "" if told else sandbox.NOTE_NO_SANDBOX.format(why=probe.why) + "\n"
     return reaper.kept(shell), False, note
-
-
-def _end_and_collect(process: subprocess.Popen, *, sandboxed: bool) -> str:
-    """End the command's whole group (SIGTERM, a grace, SIGKILL); what it printed to stdout."""
-    processes.group_end(process.pid, process=process, spare_leader=sandboxed)
-    try:
-        out, _ = process.communicate(timeout=AFTER_KILL_SECONDS)
-    except subprocess.TimeoutExpired as exc:  # something left the group and holds the pipe
-        out = exc.stdout or ""
-        for pipe in (process.stdout, process.stderr):
-            if pipe is not None:
-                pipe.close()
-        process.wait()
-    if isinstance(out, bytes):
-        out = out.decode("utf-8", errors="replace")
-    return out or ""
 
 
 def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
@@ -472,15 +446,14 @@ def _run_and_wait(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
-        text=True,
-        errors="replace",
         # Its own session, so its own process group: the command and all it starts
         # end together, and a restart can find them by the group recorded on the step.
         start_new_session=True,
     )
+    # Read as it comes, keeping a bounded head and tail of each pipe: never held whole.
+    output = Output(process, keep=limit, max_bytes=settings.CONCH_COMMAND_OUTPUT_MAX_BYTES)
     deadline = time.monotonic() + timeout
     why = ""
-    finished: tuple[str, str] | None = None
     # Listed as running before anything else, so a Stop that comes while the step
     # is being written down still finds it.
     with processes.running(
@@ -493,43 +466,48 @@ def _run_and_wait(
                 process_mark=processes.group_mark(process.pid),
                 sandboxed=sandboxed,
             )
-        while finished is None and not why:
-            wait = max(min(LOOK_EVERY_SECONDS, deadline - time.monotonic()), 0.01)
-            try:
-                finished = process.communicate(timeout=wait)
-                continue
-            except subprocess.TimeoutExpired:
-                pass
+        while not output.finished and not why:
+            output.read(max(min(LOOK_EVERY_SECONDS, deadline - time.monotonic()), 0.01))
+            if output.finished:
+                break
             # A Stop in this process reaches the command at once; a Stop in another,
             # or the reply ending any other way, is seen here within a look.
             why = command.stop_reason or ctx.interrupted()
+            if not why and output.flooded:
+                why = ERR_FLOODED.format(size=size_words(output.max_bytes))
             if not why and time.monotonic() >= deadline:
                 why = f"The command did not finish within {timeout:g} s and was stopped."
         # Stopped as it ended: the SIGTERM it was sent may be why it ended.
         why = why or command.stop_reason
     if why:
-        if finished is None:
-            out = _end_and_collect(process, sandboxed=sandboxed)
-        else:  # the leader is gone; end what it may have left in its group
-            processes.group_end(process.pid, process=process, spare_leader=sandboxed)
-            out = finished[0]
-        out = scrub_secrets(out, known=known)
-        message = why
-        if out:
-            message += "\n" + _cut(out, max(limit - len(message) - 1, 0))
-        raise ToolError(message)
-    assert finished is not None
-    stdout, stderr = (scrub_secrets(text or "", known=known) for text in finished)
+        # End the command's whole group (SIGTERM, a grace, SIGKILL), or what the leader
+        # left in it, and take what it printed on the way out.
+        processes.group_end(process.pid, process=process, spare_leader=sandboxed)
+        output.read(AFTER_KILL_SECONDS)
+    output.close()  # anything that left the group and still holds a pipe is let go
+    process.wait()
+    if why:
+        # What it printed to stdout; stderr then holds mostly the shell's "Terminated".
+        shown = output.stdout.shown(max(limit - len(why) - 1, 0), known)
+        raise ToolError(why + ("\n" + shown if shown else ""))
     header = f"exit status {process.returncode}"
-    # The whole result fits in the limit: stderr gets up to half when both are long.
-    budget = max(limit - len(header) - 2 - len(STDERR_LABEL), 0)
-    err_budget = min(len(stderr), budget // 2) if stdout else budget
-    parts = [header]
-    if stdout:
-        parts.append(_cut(stdout, budget - err_budget))
-    if stderr:
-        parts.append(STDERR_LABEL + _cut(stderr, err_budget))
-    return "\n".join(parts)
+    return "\n".join([header, *_shown(output, len(header), limit, known)])
+
+
+def _shown(output: Output, said: int, limit: int, known: tuple[str, ...]) -> list[str]:
+    """A command's stdout and stderr, scrubbed, to follow ``said`` characters in ``limit``.
+
+    Both fit: stderr gets up to half when both are long.
+    """
+    out, err = output.stdout, output.stderr
+    budget = max(limit - said - 2 - len(STDERR_LABEL), 0)
+    err_budget = min(err.chars, budget // 2) if out.chars else budget
+    parts = []
+    if out.chars:
+        parts.append(out.shown(budget - err_budget, known))
+    if err.chars:
+        parts.append(STDERR_LABEL + err.shown(err_budget, known))
+    return parts
 
 
 def _path_schema(

@@ -8,6 +8,7 @@ quietly, where it doesn't work.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import stat
@@ -833,3 +834,43 @@ def test_without_the_sandbox_a_command_that_ends_leaves_nothing_running(
         assert wait_until_ended(processes_running(marker), timeout=10) == []
     finally:
         kill_all(marker)
+
+
+# ---------------------------------------------------------------------------
+# Output that floods (issue 30, item 4): read as it comes, a bounded head and tail kept.
+
+
+def test_a_command_that_floods_is_ended_at_the_bound_and_says_so(ctx, mode, settings):
+    settings.CONCH_COMMAND_OUTPUT_MAX_BYTES = 1024 * 1024
+    settings.CONCH_COMMAND_TIMEOUT = 60  # were the flood not seen, this is what would end it
+
+    with pytest.raises(ToolError) as ended:
+        run(ctx, command="yes flooding")
+
+    said = str(ended.value)
+    assert said.startswith("The command printed more than 1 MB and was stopped.\nflooding\n")
+    assert "characters cut" in said
+    assert len(said) <= settings.CONCH_COMMAND_OUTPUT_LIMIT
+
+
+def test_a_command_printing_50_mb_is_never_held_whole(ctx, settings):
+    import tracemalloc
+
+    settings.CONCH_SANDBOX = sandbox.SANDBOX_OFF
+    settings.CONCH_COMMAND_OUTPUT_MAX_BYTES = 64 * 1024 * 1024
+    printing = "import sys\nfor _ in range(800): sys.stdout.write('x' * 65536)\nprint('END')"
+    script = ctx.folder + "/print.py"
+    Path(script).write_text(printing)
+
+    tracemalloc.start()
+    try:
+        result = run(ctx, command=f"{shutil.which('python3')} print.py")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert result.text.startswith("exit status 0\nxxx")
+    assert result.text.endswith("END\n")
+    cut = int(re.search(r"\((\d+) characters cut\)", result.text).group(1))
+    assert 52_400_000 < cut < 52_428_804  # the note counts what was cut: nearly all of it
+    assert peak < 4 * 1024 * 1024, f"peaked at {peak} bytes for 50 MB of output"

@@ -14,6 +14,7 @@ from chats.limits import LIMITS
 from chats.models import TurnState
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
+from chats.tools.output import SCRUB_MARGIN, Kept
 from chats.tools.registry import (
     Tool,
     ToolContext,
@@ -441,3 +442,55 @@ def test_a_tool_whose_family_no_app_added_is_refused():
         register(juggling)
     with pytest.raises(UnknownTool):
         get_tool("juggle")
+
+
+# ---------------------------------------------------------------------------
+# A command's output as it streams (chats/tools/output.py)
+
+
+def _fed(kept, text, chunk):
+    data = text.encode()
+    for at in range(0, len(data), chunk):
+        kept.add(data[at : at + chunk])
+    kept.close()
+    return kept
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_kept_output_decodes_characters_split_across_reads(chunk):
+    text = "é€😀" * 500
+
+    kept = _fed(Kept(10_000), text, chunk)
+
+    assert kept.whole
+    assert kept.chars == len(text)
+    assert kept.shown(10_000) == text
+
+
+def test_a_secret_where_the_shown_head_or_tail_ends_is_scrubbed_whole():
+    secret = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+    limit = 300
+    for edge in range(60, 200, 3):
+        for text in (
+            "x" * edge + secret + "y" * 100_000,  # straddles the head's end
+            "y" * 100_000 + secret + "x" * edge,  # straddles the tail's start
+        ):
+            shown = _fed(Kept(limit + SCRUB_MARGIN), text, 4096).shown(limit)
+
+            assert len(shown) <= limit
+            assert "characters cut" in shown
+            for start in range(0, len(secret) - 8):
+                assert secret[start : start + 8] not in shown, (edge, shown)
+
+
+def test_kept_output_holds_a_bounded_head_and_tail_whatever_comes():
+    kept = Kept(1_000)
+    for number in range(100_000):
+        kept.add(f"line {number}\n".encode())
+    kept.close()
+
+    assert not kept.whole
+    assert sum(map(len, kept._tail)) < 2_000  # bounded, however much came
+    shown = kept.shown(200)
+    assert shown.startswith("line 0\nline 1\n")
+    assert shown.endswith("line 99999\n")
