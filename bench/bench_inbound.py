@@ -299,6 +299,11 @@ def main() -> None:
     env = {**os.environ, "CONCH_HOME": str(home), "CONCH_LOG_LEVEL": "WARNING"}
     if own:
         env |= {"DATABASE_URL": "", "REDIS_URL": ""}
+        # It measures how fast messages are taken, not the rate limits that turn a flood
+        # away (chats/gateway/floods.py): those are lifted for its own server.
+        env |= {
+            f"CONCH_INBOUND_PER_{scope}": "1000000" for scope in ("SENDER", "ACCOUNT", "INSTALL")
+        }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     model = HeldModel() if own else None
     process = None

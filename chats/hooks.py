@@ -22,6 +22,8 @@ Kept here:
   so maintenance never prunes them (``chats.gateway.maintenance``).
 - :func:`add_held_counter`: how many things an app holds for the person in each of some
   chats (a message held for you): the chat list's "1 held", counted as needing you.
+- :func:`add_owner_notice`: something the install's owner (and staff) should know, shown
+  at the foot of the sidebar with a link (the gateway: messages refused for coming too fast).
 
 Kept beside what they register, and named here:
 
@@ -63,6 +65,8 @@ __all__ = [
     "register_sweep",
     "add_in_use_check",
     "add_held_counter",
+    "add_owner_notice",
+    "owner_notices",
     "register_tool",
     "subscribe",
 ]
@@ -103,6 +107,18 @@ in_use_checks: list[InUseCheck] = []
 # Of these chats' pks, how many things each holds for the person: {pk: count}, zeros left out.
 HeldCounter = Callable[[list[int]], Mapping[int, int]]
 held_counters: list[HeldCounter] = []
+
+
+@dataclass(frozen=True)
+class OwnerNotice:
+    text: str
+    link: str = ""  # where to see more (the admin)
+    link_text: str = ""
+
+
+# What the owner should know now: a notice, or None; asked once per page, so cheap.
+OwnerNoticeProvider = Callable[[], "OwnerNotice | None"]
+owner_notice_providers: list[OwnerNoticeProvider] = []
 
 
 def add_note_provider(provider: NoteProvider, *, waiting: NotesWaiting | None = None) -> None:
@@ -153,6 +169,16 @@ def held_for_you(pks: list[int]) -> dict[int, int]:
         for pk, count in counter(pks).items():
             totals[pk] = totals.get(pk, 0) + count
     return totals
+
+
+def add_owner_notice(provider: OwnerNoticeProvider) -> None:
+    """``provider()`` returns what the owner should know now, or None, in a query or two."""
+    if provider not in owner_notice_providers:
+        owner_notice_providers.append(provider)
+
+
+def owner_notices() -> list[OwnerNotice]:
+    return [notice for provider in owner_notice_providers if (notice := provider()) is not None]
 
 
 def register_sweep(name: str, every: float, run: Callable[[], object]) -> None:

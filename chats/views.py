@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from chats import regions
+from chats import hooks, regions
 from chats.demo import demo_start_pending
 from chats.engines.discovery import other_account_warning, servers_find, usual_ports
 from chats.forms import ConnectModelForm, NewChatForm
@@ -76,6 +76,7 @@ def _page(
     **extra,
 ) -> HttpResponse:
     context = regions.page_context(owner_id=signed_in_id(request), conversation=chat)
+    context["notices"] = _notices(request)
     if chat is None:
         context["form"] = form or _new_chat_form()
         context["model_connected"] = model_connected()
@@ -84,13 +85,18 @@ def _page(
     return render(request, regions.PAGE, context, status=status)
 
 
+def _notices(request: HtmxHttpRequest) -> list[hooks.OwnerNotice]:
+    """What the owner should know (the apps' notices), for the owner and staff alone."""
+    return hooks.owner_notices() if manages_models(request.user) else []
+
+
 def page_with(
     request: HtmxHttpRequest, *, main: str, skip_to: str, status: int = 200, **extra
 ) -> HttpResponse:
     """The workspace with another view in its main column (``main``, a template): the
     archived chats, a search's results. The sidebar and its socket are the page's own."""
     context = regions.page_context(owner_id=signed_in_id(request))
-    context.update(main=main, skip_to=skip_to, **extra)
+    context.update(main=main, skip_to=skip_to, notices=_notices(request), **extra)
     return render(request, regions.PAGE, context, status=status)
 
 

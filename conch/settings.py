@@ -383,6 +383,12 @@ CONCH_COMMAND_OUTPUT_LIMIT = envint("CONCH_COMMAND_OUTPUT_LIMIT", 16_000, minimu
 CONCH_COMMAND_OUTPUT_MAX_BYTES = envint(
     "CONCH_COMMAND_OUTPUT_MAX_BYTES", 32 * 1024 * 1024, minimum=64 * 1024
 )
+# How fast the gateway takes messages in from anyone but the owner (chats/gateway/floods.py):
+# at most this many in a window from one sender, on one bot account, and in all.
+CONCH_INBOUND_PER_SENDER = envint("CONCH_INBOUND_PER_SENDER", 20, minimum=1)
+CONCH_INBOUND_PER_ACCOUNT = envint("CONCH_INBOUND_PER_ACCOUNT", 60, minimum=1)
+CONCH_INBOUND_PER_INSTALL = envint("CONCH_INBOUND_PER_INSTALL", 120, minimum=1)
+CONCH_INBOUND_WINDOW_SECONDS = envint("CONCH_INBOUND_WINDOW_SECONDS", 60, minimum=1)
 # Where commands run: in bubblewrap's sandbox when it works (auto), always (required:
 # a command is refused where it doesn't work) or never (off). See chats/tools/sandbox.py.
 CONCH_SANDBOX = envchoice("CONCH_SANDBOX", "auto", ("auto", "off", "required"))

@@ -286,10 +286,13 @@ class InboundRecordAdmin(ReadOnlyAdmin):
         "rule",
         "outcome",
         "reason",
+        "sender",
+        "limited",
+        "told",
         "shared_dm",
     ]
-    list_filter = ["channel", "outcome", "shared_dm", "agent_slug"]
-    search_fields = ["message_id", "session_key", "rule", "reason"]
+    list_filter = ["channel", "outcome", "limited", "shared_dm", "agent_slug"]
+    search_fields = ["message_id", "session_key", "rule", "reason", "sender"]
     date_hierarchy = "received_at"
 
 

@@ -66,6 +66,7 @@ class GatewayAppConfig(AppConfig):
 
     def ready(self) -> None:
         from chats import hooks
+        from chats.gateway.floods import inbound_limited_lately
         from chats.gateway.maintenance import maintenance_run
         from chats.gateway.models import Binding, GatewayConfig, IdentityLink, ResetPolicy
         from chats.gateway.outbox import outbox_deliver, register_sender
@@ -86,6 +87,7 @@ class GatewayAppConfig(AppConfig):
         register_sender(TelegramSender())
         hooks.add_turn_end_hook(on_turn_end)
         hooks.add_turn_end_hook(on_run_end)
+        hooks.add_owner_notice(inbound_limited_lately)
         for model in (Binding, Agent, IdentityLink, GatewayConfig, ResetPolicy):
             post_save.connect(
                 routing_changed, sender=model, dispatch_uid=f"gateway-routing-{model.__name__}"

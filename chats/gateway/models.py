@@ -521,6 +521,12 @@ class InboundRecord(models.Model):
     reason = models.TextField(blank=True, help_text="Why it was refused or ignored, if it was.")
     shared_dm = models.BooleanField(default=False)
     received_at = models.DateTimeField(default=timezone.now)
+    # How fast the gateway takes messages in (chats/gateway/floods.py).
+    sender = models.CharField(max_length=128, blank=True, help_text="Who sent it: its peer id.")
+    limited = models.BooleanField(
+        default=False, help_text="Refused for coming too fast (the inbound rate limits)."
+    )
+    told = models.BooleanField(default=False, help_text="Its sender was told, in words, to wait.")
 
     class Meta:
         constraints = [

@@ -24,6 +24,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from chats.gateway.floods import inbound_limit
 from chats.gateway.inbound import Inbound
 from chats.gateway.lifecycle import Policies, due_before, local_zone, manual_reset, reset_reason
 from chats.gateway.models import (
@@ -323,6 +324,20 @@ def inbound_receive(
     index = route_index()
     route = index.resolve(inbound)
     reply_to = reply_to if reply_to is not None else default_reply_to(inbound)
+    limited = inbound_limit(owner=owner, inbound=inbound, reply_to=reply_to, now=now)
+    if limited is not None:  # too fast: kept as refused (its sender told once), not taken
+        inbound_not_taken(
+            channel=inbound.channel,
+            account_id=inbound.account_id,
+            message_id=inbound.message_id,
+            outcome="refused",
+            reason=limited.reason,
+            sender=inbound.peer,
+            limited=True,
+            told=limited.told,
+            received_at=now,
+        )
+        raise limited
     command = manual_reset(inbound.text) if inbound.chat_type != ChatType.CRON else None
     try:
         with transaction.atomic():
@@ -352,6 +367,9 @@ def inbound_receive(
         ).first()
         if first is None:
             raise
+        if first.limited:  # refused for coming too fast before, and sent again now: take it
+            first.delete()
+            return inbound_receive(owner=owner, inbound=inbound, reply_to=reply_to, now=now)
         earlier = (
             Conversation.objects.filter(pk=first.conversation_id).first()
             if first.conversation_id is not None
@@ -389,7 +407,16 @@ def _session_found(owner, inbound: Inbound, route: Route) -> Conversation | None
 
 
 def inbound_not_taken(
-    *, channel: str, account_id: str, message_id: str, outcome: str, reason: str
+    *,
+    channel: str,
+    account_id: str,
+    message_id: str,
+    outcome: str,
+    reason: str,
+    sender: str = "",
+    limited: bool = False,
+    told: bool = False,
+    received_at: dt.datetime | None = None,
 ) -> None:
     """Keep an update a door chose not to take (``refused`` or ``ignored``), with why, for the
     admin. Its id is its receipt: a redelivery of it is the same row, kept once."""
@@ -405,6 +432,10 @@ def inbound_not_taken(
                 rule="",
                 outcome=outcome,
                 reason=reason[:2000],
+                sender=sender[:128],
+                limited=limited,
+                told=told,
+                received_at=received_at or timezone.now(),
             )
     except IntegrityError:
         pass  # kept already
@@ -427,6 +458,7 @@ def _receipt(
         outcome=outcome,
         shared_dm=route.shared_dm,
         received_at=now,
+        sender=inbound.peer[:128],
     )
     model_insert(record)
 

@@ -23,6 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from chats.gateway import playground as pg
+from chats.gateway.floods import InboundLimited
 from chats.gateway.forms import (
     PlaygroundBindingForm,
     PlaygroundMessageForm,
@@ -144,6 +145,10 @@ def inbound(request: HtmxHttpRequest) -> JsonResponse:
         return _refused(exc.message, 400, field=exc.field)
     except SessionTaken as exc:
         return _refused(str(exc), 409, field="account_id")
+    except InboundLimited as exc:
+        response = _refused(str(exc), 429, reason=exc.reason)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     except ConchError as exc:
         return _refused(str(exc), 400, field="text")
 
@@ -201,6 +206,8 @@ def telegram_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
         result = inbound_receive(owner=found.owner, inbound=asked.inbound, reply_to=asked.reply_to)
     except SessionTaken as exc:
         return refused(str(exc), "account_id")
+    except InboundLimited as exc:  # kept as refused already, and its sender told once
+        return JsonResponse({"outcome": "refused", "error": exc.reason}, status=200)
     except ConchError as exc:
         return refused(str(exc), "text")
     return _result(result)
