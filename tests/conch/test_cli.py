@@ -35,7 +35,13 @@ from tests.commands import (
     wait_until_ended,
 )
 from tests.loopback_model import LoopbackModel
-from tests.scaleout.processes import REPO, process_env, stopped_under_load, wait_until
+from tests.scaleout.processes import (
+    REPO,
+    UNLIMITED,
+    process_env,
+    stopped_under_load,
+    wait_until,
+)
 
 _SCRIPT = Path(sys.executable).with_name("conch")
 CONCH = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "conch.cli"]
@@ -207,7 +213,7 @@ def test_serve_stops_on_sigterm_while_messages_are_coming_in(home, env):
     and the server never exited (four stops in four here; tests/chats/test_event_handoff.py
     holds the cause itself)."""
     log = home / "serve.log"
-    server = start("serve", "--port", "0", env=env, log=log)
+    server = start("serve", "--port", "0", env=env | UNLIMITED, log=log)
     code, answers = stopped_under_load(server, log, [*CONCH, "conch_gateway_token"], env=env)
     assert code == 0, f"exit status {code} (None: running 20 s after SIGTERM)\n{log.read_text()}"
     assert "Conch stopped." in log.read_text()

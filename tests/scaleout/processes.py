@@ -143,6 +143,12 @@ class InboundLoad:
             connection.close()
 
 
+# A load of hundreds of messages a second from a few senders: the gateway's rate limits
+# (chats/gateway/floods.py) would turn most away, and these tests are about stopping
+# while each is being taken, so a server under load has them lifted.
+UNLIMITED = {f"CONCH_INBOUND_PER_{scope}": "1000000" for scope in ("SENDER", "ACCOUNT", "INSTALL")}
+
+
 def stopped_under_load(server: subprocess.Popen, log: Path, token_command: Sequence[str], *,
                        env: dict[str, str]) -> tuple[int | None, list[int]]:  # fmt: skip
     """SIGTERM ``server`` (started with ``--port 0``; its link in ``log``) while messages

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from tests.scaleout.processes import MANAGE, REPO, manage_ok, stopped_under_load
+from tests.scaleout.processes import MANAGE, REPO, UNLIMITED, manage_ok, stopped_under_load
 
 pytestmark = pytest.mark.scaleout
 
@@ -217,7 +217,7 @@ def test_a_server_on_postgresql_and_redis_stops_on_sigterm_while_messages_come_i
         server = subprocess.Popen(
             [sys.executable, str(MANAGE), "serve", "--port", "0"],
             cwd=REPO,
-            env=scaleout.env,
+            env=scaleout.env | UNLIMITED,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
