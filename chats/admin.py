@@ -244,7 +244,7 @@ TOOL_SET_FIELDS = ("allowed_tools", "stranger_tools", "stranger_tools_ask_first"
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "workspace", "is_default", "engine"]
+    list_display = ["slug", "name", "owner", "workspace", "is_default", "engine"]
     list_filter = ["is_default", "engine"]
     search_fields = ["slug", "name", "workspace"]
     # Another app that adds a persona's records subclasses this and registers its own

@@ -10,6 +10,7 @@ from django import forms
 
 from chats.limits import LIMITS
 from chats.models import Agent, Mode
+from chats.personas import personas_for
 from chats.secretbox import SecretsKeyError, secret_seal
 
 ERR_FOLDER_MISSING = "There is no folder at {path}."
@@ -53,7 +54,12 @@ class NewChatForm(forms.Form):
         help_text="Where it works. Leave it empty for the agent’s own folder.",
         widget=forms.TextInput(attrs={"placeholder": "~/src/app", "autocomplete": "off"}),
     )
-    agent = forms.ModelChoiceField(queryset=Agent.objects.all(), empty_label=None)
+    # Only the personas this account may use (chats/personas.py): set per form.
+    agent = forms.ModelChoiceField(
+        queryset=Agent.objects.none(),
+        empty_label=None,
+        error_messages={"invalid_choice": "That persona isn't this account's to use."},
+    )
     mode = forms.ChoiceField(
         choices=Mode.choices,
         initial=Mode.AUTO,
@@ -62,9 +68,12 @@ class NewChatForm(forms.Form):
         "Auto: it works on its own. Plan: it reads and plans, and changes nothing.",
     )
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args, account, **kwargs) -> None:
         kwargs.setdefault("label_suffix", "")
         super().__init__(*args, **kwargs)
+        agent = self.fields["agent"]
+        assert isinstance(agent, forms.ModelChoiceField)
+        agent.queryset = personas_for(account)
 
     def clean_folder(self) -> str:
         return folder_clean(self.cleaned_data["folder"])

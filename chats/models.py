@@ -90,6 +90,19 @@ class Agent(models.Model):
     engine = models.CharField(max_length=32, default=SCRIPTED_ENGINE)
     engine_config = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    # Whose persona it is (chats/personas.py): that account's alone, or, left empty, the
+    # install's own, its owner's and staff's.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="personas",
+        help_text=(
+            "The account whose chats answer with this persona. Left empty, it is the "
+            "install's own: its owner's and staff's. Another account has none until given one."
+        ),
+    )
 
     class Meta:
         ordering = ["slug"]

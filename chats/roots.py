@@ -40,9 +40,14 @@ def roots_for(account) -> list[Path] | None:
     return [Path(os.path.realpath(own_folder(account)))]
 
 
-def default_folder(account) -> Path | None:
+# Given for the roots when the caller read them already; else they are read here.
+UNREAD: list[Path] = []
+
+
+def default_folder(account, roots: list[Path] | None = UNREAD) -> Path | None:
     """Where a chat of this account works when none is chosen; None: the persona's own."""
-    roots = roots_for(account)
+    if roots is UNREAD:
+        roots = roots_for(account)
     if roots is None:
         return None
     first = roots[0]
@@ -51,9 +56,10 @@ def default_folder(account) -> Path | None:
     return first
 
 
-def folder_refusal(account, folder: str | os.PathLike) -> str:
+def folder_refusal(account, folder: str | os.PathLike, roots: list[Path] | None = UNREAD) -> str:
     """Why this account's chat may not work in ``folder``, or ""."""
-    roots = roots_for(account)
+    if roots is UNREAD:
+        roots = roots_for(account)
     if roots is None:
         return ""
     real = Path(os.path.realpath(folder))

@@ -18,11 +18,11 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from chats import hooks, regions
+from chats import hooks, personas, regions
 from chats.demo import demo_start_pending
 from chats.engines.discovery import other_account_warning, servers_find, usual_ports
 from chats.forms import ConnectModelForm, NewChatForm
-from chats.models import Conversation
+from chats.models import Agent, Conversation
 from chats.runtime import selectors
 from chats.runtime.chats import (
     ConchError,
@@ -62,9 +62,15 @@ def get_chat_for_user(request: HtmxHttpRequest, public_id: str) -> Conversation:
     )
 
 
-def _new_chat_form(data=None) -> NewChatForm:
-    agent = default_agent()
-    return NewChatForm(data, initial={"agent": agent.pk})
+def _new_chat_form(request: HtmxHttpRequest, data=None) -> NewChatForm:
+    persona = _persona(request)
+    return NewChatForm(data, account=request.user, initial={"agent": persona and persona.pk})
+
+
+def _persona(request: HtmxHttpRequest) -> Agent | None:
+    """The persona a new chat of the signed-in account answers with; None if it has none."""
+    agent = default_agent()  # made on first use: the install's own
+    return agent if personas.may_use(request.user, agent) else personas.persona_for(request.user)
 
 
 def _page(
@@ -78,9 +84,16 @@ def _page(
     context = regions.page_context(owner_id=signed_in_id(request), conversation=chat)
     context["notices"] = _notices(request)
     if chat is None:
-        context["form"] = form or _new_chat_form()
-        context["model_connected"] = model_connected()
-        context["default_agent"] = default_agent()
+        context["form"] = form or _new_chat_form(request)
+        persona = _persona(request)
+        manages = manages_models(request.user)
+        context["default_agent"] = persona
+        context["manages_models"] = manages
+        context["no_persona"] = personas.ERR_NO_PERSONA
+        # Whether any persona has a model; for another account, whether its own has.
+        context["model_connected"] = (
+            model_connected() if manages else bool(persona and persona.has_model)
+        )
     context.update(extra)
     return render(request, regions.PAGE, context, status=status)
 
@@ -192,7 +205,7 @@ def chat_regions(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def chat_create(request: HtmxHttpRequest) -> HttpResponse:
-    form = _new_chat_form(request.POST)
+    form = _new_chat_form(request, request.POST)
     if not form.is_valid():
         return _page(request, form=form, status=400)
     try:
@@ -345,7 +358,7 @@ ERR_NOT_YOURS_TO_CONNECT = (
 
 def manages_models(user) -> bool:
     """Who may see and change personas' models: the install's owner (a superuser) and staff."""
-    return bool(user.is_superuser or user.is_staff)
+    return personas.runs_the_install(user)
 
 
 def _models_refused(request: HtmxHttpRequest) -> HttpResponse | None:

@@ -91,8 +91,18 @@ class ChatFactory(factory.Factory):
 
     @classmethod
     def _create(cls, model_class, *args, **kwargs):
-        from chats.runtime.chats import conversation_create
+        from chats.personas import may_use
+        from chats.runtime.chats import conversation_create, default_agent
 
+        owner = kwargs["owner"]
+        if kwargs.get("agent") is None and not may_use(owner, default := default_agent()):
+            # Another account: as the owner would in the admin, it has a persona of its own.
+            kwargs["agent"] = AgentFactory(
+                slug=f"{owner.username}-own",
+                name=f"{owner.username.title()}'s",
+                owner=owner,
+                workspace=default.workspace,
+            )
         return conversation_create(*args, **kwargs)
 
     @classmethod

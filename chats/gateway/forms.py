@@ -26,11 +26,12 @@ from chats.gateway.ladder import (
     ERR_ROLES_NEED_GUILD,
     ERR_WILDCARD_PARENT,
 )
-from chats.gateway.models import DmScope, PeerKind, Routine, RoutineDelivery
+from chats.gateway.models import ChannelAccount, DmScope, PeerKind, Routine, RoutineDelivery
 from chats.gateway.outbox import sender_channels
 from chats.gateway.playground import AGENT_PATTERN, ERR_AGENT, ERR_SCOPE, PlaygroundError
 from chats.limits import LIMITS
 from chats.models import Conversation, Origin
+from chats.personas import personas_for
 
 ERR_TOO_LONG = "is at most %(limit_value)d characters."
 # The parser wants a message id; the playground gives each message its own when fired.
@@ -141,6 +142,11 @@ class PlaygroundMessageForm(forms.Form):
 
 
 ERR_ROUTINE_NO_SENDER = "Conch can't send to {channel} yet; it sends to: {known}."
+ERR_ROUTINE_NOT_YOUR_ACCOUNT = (
+    "No {channel} bot account ({account}) is this account's: a routine sends only through "
+    "its owner's own. The install's owner adds bot accounts in the admin."
+)
+ERR_NOT_YOUR_PERSONA_CHOICE = "That persona isn't this account's to use."
 
 
 class RoutineChecks(forms.ModelForm):
@@ -157,6 +163,18 @@ class RoutineChecks(forms.ModelForm):
             known = ", ".join(sender_channels()) or "no chat app"
             self.add_error(
                 "channel", ERR_ROUTINE_NO_SENDER.format(channel=routine.channel, known=known)
+            )
+            return
+        # Sent through a bot account of the routine's owner's, never another account's bot.
+        accounts = ChannelAccount.objects.filter(owner_id=routine.owner_id, channel=routine.channel)
+        if routine.account_id:
+            accounts = accounts.filter(account_id=routine.account_id)
+        if not accounts.exists():
+            self.add_error(
+                "account_id",
+                ERR_ROUTINE_NOT_YOUR_ACCOUNT.format(
+                    channel=routine.channel, account=routine.account_id or "any"
+                ),
             )
 
 
@@ -228,6 +246,8 @@ class RoutineForm(RoutineChecks, forms.ModelForm):
         assert isinstance(agent_field, forms.ModelChoiceField)
         assert isinstance(target_field, forms.ModelChoiceField)
         agent_field.empty_label = None
+        agent_field.queryset = personas_for(owner)  # only the personas this account may use
+        agent_field.error_messages["invalid_choice"] = ERR_NOT_YOUR_PERSONA_CHOICE
         # A chat of yours, never a routine's own run.
         target_field.queryset = (
             Conversation.objects.filter(owner=owner, archived=False)

@@ -13,6 +13,7 @@ forms are in :mod:`chats.gateway.forms`, its rules in :mod:`chats.gateway.playgr
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 from django.contrib.auth.decorators import login_required
@@ -67,6 +68,7 @@ from chats.gateway.telegram import (
 )
 from chats.limits import LIMITS
 from chats.models import Agent
+from chats.personas import runs_the_install
 from chats.runtime.chats import ConchError, default_agent
 from chats.toolsets import ToolSet, tool_set
 from conch.http import HtmxHttpRequest
@@ -374,14 +376,34 @@ def _playground_done(
     return redirect("gateway:playground")
 
 
+ERR_PLAYGROUND_NOT_YOURS = (
+    "The routing playground is the owner's and staff's: it shows the install's personas "
+    "and routing. Ask them."
+)
+
+
+def install_only(view):
+    """A view for the install's owner and staff (chats/personas.py); 403 for anyone else."""
+
+    @functools.wraps(view)
+    def wrapped(request: HtmxHttpRequest, *args, **kwargs) -> HttpResponse:
+        if not runs_the_install(request.user):
+            return HttpResponse(ERR_PLAYGROUND_NOT_YOURS, status=403, content_type="text/plain")
+        return view(request, *args, **kwargs)
+
+    return wrapped
+
+
 @login_required
 @require_GET
+@install_only
 def playground(request: HtmxHttpRequest) -> HttpResponse:
     return _playground_page(request, _playground_state(request))
 
 
 @login_required
 @require_POST
+@install_only
 def playground_scope(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     form = PlaygroundScopeForm(request.POST)
@@ -393,6 +415,7 @@ def playground_scope(request: HtmxHttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
+@install_only
 def playground_binding_add(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     form = PlaygroundBindingForm(request.POST)
@@ -411,6 +434,7 @@ def playground_binding_add(request: HtmxHttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
+@install_only
 def playground_binding_remove(request: HtmxHttpRequest, binding_id: int) -> HttpResponse:
     state = _playground_state(request)
     try:
@@ -422,6 +446,7 @@ def playground_binding_remove(request: HtmxHttpRequest, binding_id: int) -> Http
 
 @login_required
 @require_POST
+@install_only
 def playground_fire(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     agents, default_slug = _playground_agents()
@@ -449,6 +474,7 @@ def playground_fire(request: HtmxHttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
+@install_only
 def playground_clear(request: HtmxHttpRequest) -> HttpResponse:
     state = _playground_state(request)
     pg.playground_clear(state=state, bindings=request.POST.get("what") == "everything")

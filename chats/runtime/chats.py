@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Max
 
-from chats import events, roots
+from chats import events, personas, roots
 from chats.limits import LIMITS
 from chats.models import (
     Agent,
@@ -95,9 +95,18 @@ def conversation_create(
     title = title or UNTITLED
     if len(title) > LIMITS.title_chars:
         raise ConchError(ERR_TITLE_TOO_LONG.format(chars=LIMITS.title_chars))
-    agent = agent or default_agent()
-    folder = str(folder or roots.default_folder(owner) or agent.workspace)
-    refused = roots.folder_refusal(owner, folder)
+    if agent is None:
+        agent = default_agent()
+        if not personas.may_use(owner, agent):  # an account the admin made: its own, if any
+            agent = personas.persona_for(owner)
+            if agent is None:
+                raise ConchError(personas.ERR_NO_PERSONA)
+    refused = personas.persona_refusal(owner, agent)
+    if refused:
+        raise ConchError(refused)
+    allowed = roots.roots_for(owner)
+    folder = str(folder or roots.default_folder(owner, allowed) or agent.workspace)
+    refused = roots.folder_refusal(owner, folder, allowed)
     if refused:
         raise ConchError(refused)
     with transaction.atomic():

@@ -17,7 +17,7 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from chats import events, hooks, processes, roots
+from chats import events, hooks, personas, processes, roots
 from chats.engines import engine_for
 from chats.engines.base import STEP, Ask, End, EngineError, EngineInput, Fail, Line, Say, ToolCall
 from chats.engines.scripted import validate_script
@@ -222,9 +222,14 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
     notes = _take_in(turn, at_start)
     # Taint comes before the first action: the engine, the tools offered and each tool's
     # must_ask see the chat as its intake left it, never as this step found it.
-    conversation = Conversation.objects.select_related("agent").get(pk=conversation.pk)
+    conversation = Conversation.objects.select_related("agent", "owner").get(pk=conversation.pk)
     turn.conversation = conversation
     engine_state = {**turn.engine_state, "started": True}
+    # The persona may have been taken from this chat's account since: it answers no more.
+    refused = personas.persona_refusal(conversation.owner, conversation.agent)
+    if refused:
+        turn_end(turn=turn, state=TurnState.FAILED, reason=refused)
+        return Advance(False, "fail")
     with _halt_for(turn.pk, worker) as halt:
         try:
             engine = engine_for(conversation.agent)

@@ -20,6 +20,7 @@ from chats.engines.base import Decision, EngineInput, Fail
 from chats.engines.scripted import NO_MODEL
 from chats.gateway.forms import RoutineForm
 from chats.gateway.models import (
+    ChannelAccount,
     OutboxMessage,
     Routine,
     RoutineDelivery,
@@ -429,6 +430,10 @@ def test_a_peer_on_an_app_conch_cannot_send_to_is_refused(owner, agent):
     )
     assert not form.is_valid()
     assert form.errors["channel"] == ["Conch can't send to pigeonpost yet; it sends to: telegram."]
+    telegram = RoutineForm(form.data | {"channel": "Telegram"}, owner=owner)
+    assert not telegram.is_valid()  # Conch sends to Telegram, but through no bot of the owner's
+    assert "No telegram bot account (any) is this account's" in telegram.errors["account_id"][0]
+    ChannelAccount.objects.create(owner=owner, channel="telegram", account_id="mybot")
     assert RoutineForm(form.data | {"channel": "Telegram"}, owner=owner).is_valid()
 
 

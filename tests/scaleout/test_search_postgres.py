@@ -40,10 +40,13 @@ owner = User.objects.create(username="owner", is_superuser=True, is_staff=True)
 someone = User.objects.create(username="someone")
 FolderRoot.objects.create(account=someone, path="/tmp")  # as the owner sets it in the admin
 agent = Agent.objects.create(slug="main", name="Conch", workspace="/tmp", is_default=True)
+# As the owner gives one in the admin: someone's own persona.
+theirs = Agent.objects.create(slug="theirs", name="Theirs", workspace="/tmp", owner=someone)
 
 
 def chat(title, who=owner, **kwargs):
-    return conversation_create(owner=who, agent=agent, title=title, folder="/tmp", **kwargs)
+    persona = agent if who == owner else theirs
+    return conversation_create(owner=who, agent=persona, title=title, folder="/tmp", **kwargs)
 
 
 def reply(conversation, person=None, assistant=None, ended=True):

@@ -77,6 +77,14 @@ class RunnerKilled(BaseException):
     """The runner died here. A BaseException, so nothing the runtime catches stops it."""
 
 
+def second_persona(person, root) -> Agent:
+    """The second person's own persona, as the owner gives one in the admin."""
+    agent, _ = Agent.objects.get_or_create(
+        slug=SECOND_PERSON, defaults={"name": "Second", "workspace": str(root), "owner": person}
+    )
+    return agent
+
+
 def second_person():
     """Someone else with an account on the same Conch: none of the owner's chats are theirs."""
     User = get_user_model()

@@ -43,6 +43,7 @@ from together.play.actions import (
     inputs_recorded,
     kill_target,
     second_person,
+    second_persona,
 )
 from together.play.pages import pages_served
 from together.play.presses import press_make
@@ -276,8 +277,10 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
             people = {"owner": owner}
             if any(spec.person == "second" for spec in scenario.chats):
                 people["second"] = second_person()
-                # As the owner would in the admin: the second person works beneath the run's root.
+                # As the owner would in the admin: the second person works beneath the run's
+                # root, and has a persona of its own (the owner's are never theirs).
                 FolderRoot.objects.get_or_create(account=people["second"], path=str(root))
+                second_persona(people["second"], root)
             if scenario.persona is not None:
                 persona_set(scenario.persona, root)
             chats: list[Conversation] = []
