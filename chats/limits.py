@@ -72,6 +72,7 @@ class Limits:
     inbound_id_chars: int = 128
     inbound_message_id_chars: int = 200
     inbound_roles: int = 256  # a member's role ids in one message
+    in_reply_to_chars: int = 2_000  # the message a chat app's message answers, as quoted
     # An inbound message is at most inbound_text_chars of words (six bytes each as
     # \uXXXX escapes) and a few ids; a Telegram Update carrying one is far smaller.
     inbound_body_bytes: int = 1_000_000

@@ -62,6 +62,9 @@ FIELDS = (
     "job_id",
     "message_id",
     "text",
+    "group_name",
+    "in_reply_to_name",
+    "in_reply_to_text",
 )
 
 
@@ -157,6 +160,12 @@ class Inbound:
     member_roles: tuple[str, ...] = ()
     team_id: str = ""
     job_id: str = ""
+    # What a group is called on its app (a Telegram group's title): its session's title.
+    group_name: str = ""
+    # The message this one answers, when it answers one: who wrote it, and its words,
+    # shown to the assistant fenced as that person's words.
+    in_reply_to_name: str = ""
+    in_reply_to_text: str = ""
 
     @property
     def routing_peer(self) -> str:
@@ -296,6 +305,12 @@ Text = Annotated[
     ),
     BeforeValidator(_text_given),
 ]
+# Words that may be left out (the message a reply answers).
+MaybeText = Annotated[
+    str,
+    StringConstraints(strict=True, strip_whitespace=True, max_length=LIMITS.inbound_text_chars),
+    BeforeValidator(_text_given),
+]
 
 
 class InboundBody(BaseModel):
@@ -318,6 +333,9 @@ class InboundBody(BaseModel):
     message_id: MessageId
     member_roles: Roles = ()
     text: Text
+    group_name: Id = ""
+    in_reply_to_name: Id = ""
+    in_reply_to_text: MaybeText = ""
 
     @field_validator("account_id")
     @classmethod

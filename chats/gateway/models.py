@@ -318,6 +318,27 @@ class EditedMessages(models.TextChoices):
     NEW = "new", "take it as a new message"
 
 
+class ChatMigration(models.Model):
+    """A chat that moved to a new id on its app (a Telegram group that became a supergroup):
+    a message still sent under the old id is routed to the new one."""
+
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128)
+    old_id = models.CharField(max_length=128)
+    new_id = models.CharField(max_length=128)
+    moved_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel", "account_id", "old_id"], name="chat_migration_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.account_id}: {self.old_id} → {self.new_id}"
+
+
 class ChannelAccount(models.Model):
     """One bot account on a chat app, e.g. a Telegram bot, and whose chats it feeds."""
 
@@ -474,6 +495,9 @@ class SessionOrigin(models.Model):
     account_id = models.CharField(max_length=128, blank=True)
     peer = models.CharField(max_length=128, blank=True)
     group_id = models.CharField(max_length=128, blank=True)
+    group_name = models.CharField(
+        max_length=128, blank=True, help_text="The group's name on its app, as the title has it."
+    )
     thread_id = models.CharField(max_length=128, blank=True)
     parent_peer = models.CharField(max_length=128, blank=True)
     guild_id = models.CharField(max_length=128, blank=True)

@@ -12,6 +12,7 @@ new generation.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -57,11 +58,12 @@ from chats.models import (
     Turn,
     TurnState,
 )
-from chats.quoting import not_as_conch
+from chats.quoting import fence, not_as_conch
 from chats.runtime.chats import (
     ConchError,
     conversation_archive,
     conversation_create,
+    conversation_rename,
     entry_append,
     someone_elses_words_came,
 )
@@ -178,15 +180,47 @@ def default_reply_to(inbound: Inbound) -> dict:
 
 def _title(inbound: Inbound) -> str:
     channel = inbound.channel.title()
+    group = " ".join(not_as_conch(inbound.group_name).split())
     if inbound.chat_type == ChatType.DM:
         title = f"{channel} · {inbound.peer}"
     elif inbound.chat_type == ChatType.GROUP:
-        title = f"{channel} group {inbound.group_id}"
+        title = f"{channel} · {group}" if group else f"{channel} group {inbound.group_id}"
     elif inbound.chat_type == ChatType.THREAD:
-        title = f"{channel} thread {inbound.thread_id} in {inbound.thread_parent}"
+        title = f"{channel} thread {inbound.thread_id} in {group or inbound.thread_parent}"
     else:
         title = f"Routine {inbound.job_id} · run {inbound.message_id}"
     return title[: LIMITS.title_chars]
+
+
+def group_retitle(*, channel: str, account_id: str, group_id: str, title: str) -> int:
+    """A group was renamed on its app: its live sessions' titles follow, except where the
+    person gave the chat a title of their own. Returns how many chats were renamed."""
+    renamed = 0
+    origins = SessionOrigin.objects.select_related("conversation").filter(
+        channel=channel,
+        account_id=account_id,
+        group_id=group_id,
+        conversation__archived=False,
+    )
+    for origin in origins:
+        if origin.group_name == title:
+            continue
+        was = Inbound(
+            channel=origin.channel,
+            chat_type=origin.chat_type,
+            account_id=origin.account_id,
+            peer=origin.peer,
+            group_id=origin.group_id,
+            thread_id=origin.thread_id,
+            parent_peer=origin.parent_peer,
+            group_name=origin.group_name,
+        )
+        if origin.conversation.title == _title(was):  # not renamed by the person
+            now = dataclasses.replace(was, group_name=title)
+            conversation_rename(conversation=origin.conversation, title=_title(now))
+            renamed += 1
+        SessionOrigin.objects.filter(pk=origin.pk).update(group_name=title)
+    return renamed
 
 
 def _has_open_turn(conversation: Conversation) -> bool:
@@ -261,6 +295,7 @@ def _origin_fields(inbound: Inbound, route: Route, reply_to: dict) -> dict:
         "account_id": inbound.account_id,
         "peer": inbound.peer,
         "group_id": inbound.group_id,
+        "group_name": inbound.group_name,
         "thread_id": inbound.thread_id,
         "parent_peer": inbound.thread_parent,
         "guild_id": inbound.guild_id,
@@ -300,7 +335,14 @@ def speaker(inbound: Inbound) -> str:
 
 def _message_text(inbound: Inbound, text: str) -> str:
     if inbound.chat_type in (ChatType.GROUP, ChatType.THREAD):
-        return f"{speaker(inbound)}: {text}"  # several people talk here: say who
+        text = f"{speaker(inbound)}: {text}"  # several people talk here: say who
+    if inbound.in_reply_to_text:
+        # What it answers, fenced as its writer's words: read as theirs, never as an order.
+        who = " ".join(not_as_conch(inbound.in_reply_to_name).split()) or "someone"
+        words = inbound.in_reply_to_text
+        if len(words) > LIMITS.in_reply_to_chars:
+            words = words[: LIMITS.in_reply_to_chars - 1] + "…"
+        text = fence("replying-to", words, attrs={"who": who}) + "\n" + text
     return text
 
 

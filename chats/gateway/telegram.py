@@ -46,11 +46,13 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
+from chats import events
 from chats.gateway.inbound import Inbound, InboundError, inbound_parse, text_check
 from chats.gateway.keys import main_key_for, session_key_for
 from chats.gateway.models import (
     Binding,
     ChannelAccount,
+    ChatMigration,
     ChatType,
     EditedMessages,
     OutboxMessage,
@@ -58,9 +60,10 @@ from chats.gateway.models import (
     SessionOrigin,
 )
 from chats.gateway.outbox import DeliveryError, outbox_part_sent, reply_target
+from chats.gateway.services import group_retitle
 from chats.limits import LIMITS
-from chats.models import Conversation
-from chats.runtime.chats import conversation_archive
+from chats.models import Conversation, EntryKind, EntryRole
+from chats.runtime.chats import conversation_archive, entry_append
 from chats.secretbox import SecretsKeyError, secret_readable
 
 log = logging.getLogger(__name__)
@@ -119,12 +122,21 @@ class Message(_Tg):
     caption: str | None = None
     migrate_to_chat_id: TgInt | None = None
     migrate_from_chat_id: TgInt | None = None
+    new_chat_title: str | None = None
+    # The message this one replies to (Telegram gives it whole, without its own reply).
+    reply_to_message: Message | None = None
+
+
+class CallbackQuery(_Tg):
+    id: str
+    sender: User | None = Field(default=None, alias="from")
 
 
 class Update(_Tg):
     update_id: TgInt | None = None
     message: Message | None = None
     edited_message: Message | None = None
+    callback_query: CallbackQuery | None = None
 
 
 def _refusal(exc: ValidationError) -> InboundError:
@@ -192,6 +204,22 @@ class Migrate:
 
     old_chat_id: int
     new_chat_id: int
+    title: str = ""  # the supergroup's, when the update says it
+
+
+@dataclass(frozen=True)
+class Retitle:
+    """A group was renamed (``new_chat_title``): its sessions' titles follow."""
+
+    chat_id: int
+    title: str
+
+
+@dataclass(frozen=True)
+class AnswerButton:
+    """A button was pressed (``callback_query``): answer it, so it stops spinning."""
+
+    callback_query_id: str
 
 
 COMMAND = re.compile(r"^/(?P<name>[A-Za-z0-9_]+)(?:@(?P<bot>[A-Za-z0-9_]+))?(?=\s|$)")
@@ -229,6 +257,24 @@ def _sender(message: Message) -> tuple[str, str] | None:
     return str(person.id), name
 
 
+def group_title(chat: Chat) -> str:
+    """A group's title on one line, as a session's title and a key never read it."""
+    return " ".join((chat.title or "").split())[: LIMITS.inbound_id_chars]
+
+
+def _replied_to(message: Message) -> tuple[str, str]:
+    """Who wrote the message this one answers, and its words; ("", "") if none or no words."""
+    earlier = message.reply_to_message
+    if earlier is None:
+        return "", ""
+    words = earlier.text if earlier.text is not None else earlier.caption
+    if not words or not words.strip():
+        return "", ""
+    who = _sender(earlier)
+    name = who[1] if who is not None else ""
+    return name[: LIMITS.inbound_id_chars], words[: LIMITS.inbound_text_chars]
+
+
 def telegram_inbound(update: Any, *, account: ChannelAccount | None = None, account_id: str = ""):
     """What an Update asks: :class:`Take`, :class:`Ignore` or :class:`Migrate`.
 
@@ -242,17 +288,29 @@ def telegram_inbound(update: Any, *, account: ChannelAccount | None = None, acco
     linked_posts = account.linked_channel_posts if account is not None else False
 
     parsed = update_parse(update)
+    if parsed.callback_query is not None:
+        return AnswerButton(parsed.callback_query.id)
     edited = parsed.message is None and parsed.edited_message is not None
     message = parsed.edited_message if edited else parsed.message
     if message is None:
-        return Ignore("not a message (a callback, a poll, a member change…)")
+        return Ignore("not a message (a poll, a member change…)")
     where = "edited_message" if edited else "message"
     chat = message.chat
     receipt = f"{chat.id}:{message.message_id}"
     if message.migrate_to_chat_id is not None:
         return Migrate(chat.id, message.migrate_to_chat_id)
     if message.migrate_from_chat_id is not None:
-        return Migrate(message.migrate_from_chat_id, chat.id)
+        return Migrate(message.migrate_from_chat_id, chat.id, group_title(chat))
+    if message.new_chat_title is not None and chat.type != "private":
+        return Retitle(chat.id, " ".join(message.new_chat_title.split())[: LIMITS.inbound_id_chars])
+    # A bot speaking for itself; an anonymous admin and a channel come through Telegram's
+    # own bots (GroupAnonymousBot, Channel_Bot) with the real speaker in sender_chat.
+    if message.sender_chat is None and message.sender is not None and message.sender.is_bot:
+        return Ignore("a bot's message: bots are never answered", receipt)
+    if chat.type == "group":  # a basic group may have become a supergroup: go where it went
+        successor = telegram_successor(account_id=account_id, chat_id=chat.id)
+        if successor != chat.id:
+            chat = chat.model_copy(update={"id": successor, "type": "supergroup"})
     if edited and edits != EditedMessages.NEW:
         return Ignore("an edit of a message already taken (this account ignores edits)", receipt)
     if chat.type == "channel":
@@ -283,10 +341,14 @@ def telegram_inbound(update: Any, *, account: ChannelAccount | None = None, acco
         "message_id": receipt,
         "text": text,
     }
+    replied_name, replied_words = _replied_to(message)
+    if replied_words:
+        payload.update(in_reply_to_name=replied_name, in_reply_to_text=replied_words)
     if chat.type == "private":
         payload["chat_type"] = ChatType.DM
         reply_to = reply_target(chat_id=chat.id)
     else:
+        payload["group_name"] = group_title(chat)
         if thread_id is not None:
             payload.update(
                 chat_type=ChatType.THREAD, group_id=str(chat.id), thread_id=str(thread_id)
@@ -311,16 +373,40 @@ def _same_chat(chat_id: int) -> Q:
     return Q(target__chat_id=chat_id) | Q(target__chat_id=str(chat_id))
 
 
-def telegram_chat_migrate(*, account_id: str, old_chat_id: int, new_chat_id: int) -> int:
+def telegram_successor(*, account_id: str, chat_id: int) -> int:
+    """The id a basic group moved to, once its migration is known; else its own id."""
+    moved = (
+        ChatMigration.objects.filter(channel=CHANNEL, account_id=account_id, old_id=str(chat_id))
+        .values_list("new_id", flat=True)
+        .first()
+    )
+    return int(moved) if moved is not None else chat_id
+
+
+def _newer(one: Conversation, other: Conversation) -> bool:
+    """Whether ``one`` is the later generation: started later (then made later)."""
+    return (one.session_started_at, one.pk) > (other.session_started_at, other.pk)
+
+
+def telegram_chat_migrate(
+    *, account_id: str, old_chat_id: int, new_chat_id: int, title: str = ""
+) -> int:
     """Move a group's sessions, with their history, and its unsent replies to its new chat id.
 
     Telegram tells twice (the old chat's ``migrate_to_chat_id``, the new one's
     ``migrate_from_chat_id``) and a refused send tells a third time: the second
-    and later find nothing left to move. Returns how many sessions moved.
+    and later find nothing left to move. From then on a message still sent under the
+    old id is routed to the new one (:func:`telegram_successor`). Where a session
+    already lives under the new key, the two are weighed by their own times, never by
+    which key they sit under: the later generation stays live, the earlier is archived
+    and kept readable. Returns how many sessions moved.
     """
     old, new = str(old_chat_id), str(new_chat_id)
     moved = 0
     with transaction.atomic():
+        ChatMigration.objects.get_or_create(
+            channel=CHANNEL, account_id=account_id, old_id=old, defaults={"new_id": new}
+        )
         origins = SessionOrigin.objects.select_related("conversation__agent").filter(
             channel=CHANNEL, account_id=account_id, group_id=old
         )
@@ -344,16 +430,21 @@ def telegram_chat_migrate(*, account_id: str, old_chat_id: int, new_chat_id: int
                     parent_peer=fields.get("parent_peer", origin.parent_peer),
                 )
                 key = session_key_for(chat.agent.slug, main_key_for(moved_to))
-                taken = (
+                there = (
                     Conversation.objects.filter(session_key=key, archived=False)
                     .exclude(pk=chat.pk)
-                    .exists()
+                    .first()
                 )
-                if taken and not chat.archived:
-                    # The new chat spoke first and has its own session: ours becomes
-                    # its earlier generation, kept and readable, never two live ones.
-                    SessionOrigin.objects.filter(pk=origin.pk).update(ended_because=MIGRATED)
-                    conversation_archive(conversation=chat)
+                if there is not None and not chat.archived:
+                    # Two live generations for one key: the earlier steps back, kept.
+                    earlier, later = (chat, there) if _newer(there, chat) else (there, chat)
+                    SessionOrigin.objects.filter(conversation_id=earlier.pk).update(
+                        ended_because=MIGRATED
+                    )
+                    conversation_archive(conversation=earlier)
+                    SessionOrigin.objects.filter(
+                        conversation_id=later.pk, previous__isnull=True
+                    ).update(previous=earlier)
                 Conversation.objects.filter(pk=chat.pk).update(session_key=key)
             moved += 1
         # A rule for the old group is a rule for the new one.
@@ -372,6 +463,8 @@ def telegram_chat_migrate(*, account_id: str, old_chat_id: int, new_chat_id: int
                 state=OutboxState.PENDING if queued.state == OutboxState.FAILED else queued.state,
                 next_attempt_at=timezone.now(),
             )
+        if title:
+            group_retitle(channel=CHANNEL, account_id=account_id, group_id=new, title=title)
     log.info("telegram %s: chat %s became %s (%d sessions moved)", account_id, old, new, moved)
     return moved
 
@@ -426,6 +519,25 @@ class TelegramRefused(DeliveryError):
         self.parameters = parameters
 
 
+THREAD_GONE = "message thread not found"
+SAID_THREAD_GONE = (
+    "Telegram no longer has this chat's topic, so the reply went to the group itself, "
+    "outside any topic."
+)
+
+
+def _thread_gone_said(message: OutboxMessage) -> None:
+    """Say in the chat that its reply left its lost topic, once per reply."""
+    if message.conversation_id is None:
+        return
+    with transaction.atomic():
+        chat = Conversation.objects.lock(message.conversation_id)
+        entry_append(
+            conversation=chat, role=EntryRole.CONCH, kind=EntryKind.NOTE, text=SAID_THREAD_GONE
+        )
+        events.publish_chat(chat)
+
+
 class TelegramSender:
     channel = CHANNEL
 
@@ -466,6 +578,15 @@ class TelegramSender:
                 )
                 message.target = {**target, "chat_id": int(new_chat)}
                 return self._send_part(token, message, text, first=first)
+            if THREAD_GONE in exc.description and "message_thread_id" in body:
+                # The topic was deleted: the reply goes to the group itself, never lost,
+                # and the chat says so.
+                message.target = {
+                    k: v for k, v in target.items() if k not in ("message_thread_id",)
+                }
+                OutboxMessage.objects.filter(pk=message.pk).update(target=message.target)
+                _thread_gone_said(message)
+                return self._send_part(token, message, text, first=first)
             if TOO_LONG in exc.description and len(text) > 1:
                 halves = split_message(text, max(utf16_units(text) // 2, 1))
                 for i, half in enumerate(halves):
@@ -474,7 +595,9 @@ class TelegramSender:
             raise
         return None
 
-    def _call(self, token: str, method: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _call(
+        self, token: str, method: str, body: dict[str, Any], *, timeout: float = TIMEOUT
+    ) -> dict[str, Any]:
         url = f"{api_base()}/bot{token}/{method}"
         request = urllib.request.Request(
             url,
@@ -487,7 +610,7 @@ class TelegramSender:
             return text.replace(token, "<token>")
 
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT) as response:  # noqa: S310
+            with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
                 answer = json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as exc:
             try:
@@ -517,6 +640,27 @@ class TelegramSender:
                 f"Telegram refused {method}: {scrub(str(description))}", permanent=True
             )
         return answer
+
+
+BUTTON_TIMEOUT = 5.0
+
+
+def telegram_button_answer(account: ChannelAccount, callback_query_id: str) -> bool:
+    """Answer a pressed button (``answerCallbackQuery``) so it stops spinning; whether
+    Telegram took the answer. A failure is logged: the button stops on its own in time."""
+    try:
+        token = secret_readable(account.secret)
+        if token:
+            TelegramSender()._call(
+                token,
+                "answerCallbackQuery",
+                {"callback_query_id": callback_query_id},
+                timeout=BUTTON_TIMEOUT,
+            )
+            return True
+    except (SecretsKeyError, DeliveryError) as exc:
+        log.warning("telegram %s: a button's answer failed: %s", account.account_id, exc)
+    return False
 
 
 def telegram_bot_identify(account: ChannelAccount) -> str:

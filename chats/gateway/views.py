@@ -54,14 +54,18 @@ from chats.gateway.services import (
     SessionTaken,
     channel_account_check,
     gateway_token_owner,
+    group_retitle,
     inbound_not_taken,
     inbound_receive,
 )
 from chats.gateway.telegram import CHANNEL as TELEGRAM
 from chats.gateway.telegram import (
     SECRET_HEADER,
+    AnswerButton,
     Ignore,
     Migrate,
+    Retitle,
+    telegram_button_answer,
     telegram_chat_migrate,
     telegram_inbound,
     update_message_id,
@@ -189,11 +193,22 @@ def telegram_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
         asked = telegram_inbound(raw, account=found)
     except InboundError as exc:
         return refused(exc.message, exc.field)
+    if isinstance(asked, AnswerButton):
+        telegram_button_answer(found, asked.callback_query_id)
+        return JsonResponse({"outcome": "ignored", "reason": "a button press (answered)"})
     if isinstance(asked, Migrate):
         telegram_chat_migrate(
-            account_id=account, old_chat_id=asked.old_chat_id, new_chat_id=asked.new_chat_id
+            account_id=account,
+            old_chat_id=asked.old_chat_id,
+            new_chat_id=asked.new_chat_id,
+            title=asked.title,
         )
         return JsonResponse({"outcome": "migrated"}, status=200)
+    if isinstance(asked, Retitle):
+        renamed = group_retitle(
+            channel=TELEGRAM, account_id=account, group_id=str(asked.chat_id), title=asked.title
+        )
+        return JsonResponse({"outcome": "retitled", "chats": renamed}, status=200)
     if isinstance(asked, Ignore):
         if asked.message_id:
             inbound_not_taken(

@@ -101,7 +101,7 @@ def test_a_forum_topic_message_is_a_thread_under_its_group():
     assert reply_to == {"chat_id": -100500, "message_thread_id": 77, "reply_to_message_id": 7}
 
 
-def test_a_reply_in_an_ordinary_group_stays_in_the_group():
+def test_a_reply_in_an_ordinary_group_stays_in_the_group(db):
     inbound, _ = taken(update(chat_id=-1, chat_type="group", message_thread_id=5))
     assert inbound.chat_type == "group"
 
@@ -116,12 +116,11 @@ def test_an_edited_message_taken_as_new_says_so():
 @pytest.mark.parametrize(
     "payload",
     [
-        {"update_id": 1, "callback_query": {"id": "x"}},
         update(text=None),
         {"update_id": 1, "message": {**update()["message"], "from": None}},
         update(chat_type="channel"),
     ],
-    ids=["callback", "no-text", "no-sender", "channel-post"],
+    ids=["no-text", "no-sender", "channel-post"],
 )
 def test_updates_that_are_not_a_persons_words_are_ignored(payload):
     if payload.get("message", {}).get("text", "") is None:

@@ -24,7 +24,7 @@ from chats.gateway.models import (
 )
 from chats.gateway.outbox import outbox_deliver
 from chats.gateway.services import channel_account_secret_rotate, gateway_token_rotate
-from chats.gateway.telegram import SECRET_HEADER, utf16_units
+from chats.gateway.telegram import SAID_THREAD_GONE, SECRET_HEADER, utf16_units
 from chats.models import Agent, Conversation, EntryRole
 from chats.runtime.runner import drain
 from tests.gateway.botapi import (
@@ -298,18 +298,21 @@ def test_a_forum_topic_reply_through_the_inbound_door_goes_to_its_topic(
     assert str(body.get("message_thread_id")) == "33"
 
 
-def test_a_reply_to_a_topic_that_is_gone_fails_with_telegrams_words_not_in_general(
+def test_a_reply_to_a_topic_that_is_gone_goes_to_the_group_and_the_chat_says_so(
     transactional_db, client, bot, bot_api, echo
 ):
     bot_api.forums[SUPERGROUP] = set()  # the topic was deleted
-    post(client, bot, load("forum_topic_message"))
+    started = post(client, bot, load("forum_topic_message"))
     drain()
 
-    assert answered(bot_api) == []
+    [body] = answered(bot_api)
 
-    queued = OutboxMessage.objects.get()
-    assert queued.state == OutboxState.FAILED
-    assert THREAD_NOT_FOUND in queued.last_error
+    assert body["chat_id"] == SUPERGROUP and "message_thread_id" not in body
+    assert body["text"].startswith("echo: ")
+    assert OutboxMessage.objects.get().state == OutboxState.SENT
+    chat = Conversation.objects.get(public_id=started.json()["chat"])
+    assert chat.entries.filter(role="conch", text=SAID_THREAD_GONE).count() == 1
+    assert [answer["description"] for _, _, answer in bot_api.refused] == [THREAD_NOT_FOUND]
 
 
 def test_a_user_who_blocked_the_bot_fails_at_once_with_telegrams_words(
@@ -459,6 +462,9 @@ def test_an_edit_is_ignored_by_default(client, bot):
 def test_an_edit_is_a_new_message_when_the_account_says_so(client, bot):
     ChannelAccount.objects.filter(pk=bot.pk).update(edited_messages="new")
     chat = post(client, bot, load("edited_message")).json()["chat"]
-    assert person_words(Conversation.objects.get(public_id=chat)) == [
+    [words] = person_words(Conversation.objects.get(public_id=chat))
+    # It answers an earlier message: that one is fenced before it, as its writer's words.
+    assert words == (
+        '<replying-to who="Mario (@super)">\nThis message\n</replying-to>\n'
         "(edited) Editing this message"
-    ]
+    )
