@@ -10,9 +10,15 @@ migrations all spell ids the same way through here. The rules are OpenClaw's
   ``cron``, a scheduled job); ``group`` and ``channel`` are one kind to
   matching, as OpenClaw's compatibility rule has it, and ``direct`` never
   meets them;
-- on channels whose ids ignore case (Slack, Discord, Matrix, Telegram
-  usernames) peer and thread ids are case-folded before they are compared or
-  keyed; elsewhere (Signal's base64 group ids, WhatsApp numbers) they are kept.
+- a person's id in a DM is lower-cased on every channel, as OpenClaw's
+  ``buildAgentPeerSessionKey`` does (``Alice@Example.com`` and
+  ``alice@example.com`` DMing over iMessage are one person); a group's, a
+  channel's, a room's and a thread's id is kept as the platform gave it, on every
+  channel: Matrix room ids (``!MixedRoomAbCdEf:example.org``) and Signal's base64
+  group ids tell rooms apart by case, and folding them once gave two rooms one
+  session. (OpenClaw keeps only Signal's and Matrix's as given and lower-cases the
+  rest; Conch keeps them all, since no platform gives one room in two cases, and
+  the README lists the difference.)
 """
 
 from __future__ import annotations
@@ -28,9 +34,6 @@ _ODD_CHARACTERS = re.compile(r"[^a-z0-9_-]+", re.ASCII)
 
 DIRECT, GROUP, CHANNEL, CRON = "direct", "group", "channel", "cron"
 PEER_KINDS = (DIRECT, GROUP, CHANNEL, CRON)
-
-# Channels whose peer and thread ids are the same whatever their case.
-CASE_INSENSITIVE_CHANNELS = frozenset({"slack", "discord", "matrix", "telegram"})
 
 
 def normalize_account_id(value: str | None) -> str:
@@ -63,8 +66,8 @@ def kind_class(kind: str | None) -> str | None:
     return GROUP if kind in (GROUP, CHANNEL) else kind
 
 
-def fold_id(channel: str, value: str) -> str:
-    """A peer or thread id as compared and keyed on ``channel``: folded where case means nothing."""
-    if channel in CASE_INSENSITIVE_CHANNELS:
-        return value.casefold()
-    return value
+def peer_id(kind: str | None, value: str | None) -> str:
+    """A peer's id as compared and keyed: a person's (``direct``) lower-cased, on every
+    channel; a group's, channel's or thread's kept as given. Trimmed either way."""
+    value = (value or "").strip()
+    return value.lower() if kind == DIRECT else value

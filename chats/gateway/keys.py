@@ -15,16 +15,17 @@
 No two origins share a key (:func:`key_part`): each part is escaped (``%`` and
 ``:``), and a part that would read as one of the key's own words (``shared``,
 ``linked``) has its first letter escaped, so a DM from ``alice`` on a channel
-named ``linked`` is not the linked person ``alice``. The account is normalized
-and, on channels whose ids ignore case, peer, group and thread ids are folded
-(:mod:`chats.gateway.ids`).
+named ``linked`` is not the linked person ``alice``. The account is normalized,
+a DM's peer (and a linked person's name) is lower-cased on every channel, and
+group, room and thread ids keep the case their platform gave them
+(:func:`chats.gateway.ids.peer_id`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from chats.gateway.ids import fold_id, normalize_account_id
+from chats.gateway.ids import DIRECT, normalize_account_id, peer_id
 from chats.gateway.inbound import Inbound
 from chats.gateway.models import ChatType, DmScope
 
@@ -50,23 +51,23 @@ def main_key_for(
 ) -> str:
     """The conversation's own key, before the agent's namespace.
 
-    ``identity_links`` map ``(channel, folded peer)`` to a person's one name.
+    ``identity_links`` map ``(channel, peer)``, both lower-cased, to a person's one name.
     """
     raw_channel = inbound.channel
     channel = key_part(raw_channel)
     kind = inbound.chat_type
     if kind == ChatType.GROUP:
-        return f"group:{channel}:{key_part(fold_id(raw_channel, inbound.group_id))}"
+        return f"group:{channel}:{key_part(inbound.group_id.strip())}"
     if kind == ChatType.THREAD:
-        parent = key_part(fold_id(raw_channel, inbound.thread_parent))
-        return f"thread:{channel}:{parent}:{key_part(fold_id(raw_channel, inbound.thread_id))}"
+        parent = key_part(inbound.thread_parent.strip())
+        return f"thread:{channel}:{parent}:{key_part(inbound.thread_id.strip())}"
     if kind == ChatType.CRON:
         return f"cron:{key_part(inbound.job_id)}:{key_part(inbound.message_id)}"
     if dm_scope == DmScope.SHARED:
         return f"dm:{SHARED}"
-    peer = fold_id(raw_channel, inbound.peer)
-    linked = identity_links.get((raw_channel, peer)) if identity_links else None
-    who = f"{LINKED}:{key_part(linked)}" if linked else key_part(peer)
+    peer = peer_id(DIRECT, inbound.peer)
+    linked = identity_links.get((raw_channel.lower(), peer)) if identity_links else None
+    who = f"{LINKED}:{key_part(linked.lower())}" if linked else key_part(peer)
     if dm_scope == DmScope.PER_PEER:
         return f"dm:{who}"
     if dm_scope == DmScope.PER_ACCOUNT_CHANNEL_PEER:

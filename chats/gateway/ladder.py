@@ -19,8 +19,8 @@ from chats.gateway.ids import (
     DEFAULT_ACCOUNT,
     GROUP,
     binding_account,
-    fold_id,
     kind_class,
+    peer_id,
 )
 
 CHANNEL_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
@@ -177,8 +177,8 @@ def compile_binding(
 ) -> CompiledBinding:
     channel = (channel or "").strip().lower()
     account = binding_account(account_id)
-    peer = fold_id(channel, (peer or "").strip())
-    parent_peer = fold_id(channel, (parent_peer or "").strip())
+    peer = peer_id(peer_kind, peer)
+    parent_peer = (parent_peer or "").strip()
     guild = (guild_id or "").strip()
     team = (team_id or "").strip()
     role_set = frozenset(r for r in (str(r).strip() for r in roles) if r) if roles else _NO_ROLES

@@ -15,7 +15,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from chats.gateway.ids import ANY_ACCOUNT, ANY_PEER, CHANNEL, CRON, DIRECT, GROUP, fold_id
+from chats.gateway.ids import ANY_ACCOUNT, ANY_PEER, CHANNEL, CRON, DIRECT, GROUP, peer_id
 from chats.gateway.ids import normalize_account_id as _normalize_account_id
 from chats.gateway.ladder import (
     CHANNEL_PATTERN,
@@ -153,8 +153,9 @@ class Binding(models.Model):
         if account and account != ANY_ACCOUNT:
             account = _normalize_account_id(account)
         self.account_id = account
-        self.peer = fold_id(channel, (self.peer or "").strip())
-        self.parent_peer = fold_id(channel, (self.parent_peer or "").strip())
+        # A person's id lower-cased, a group's or thread's kept as given (ids.peer_id).
+        self.peer = peer_id(self.peer_kind, self.peer)
+        self.parent_peer = (self.parent_peer or "").strip()
         if self.peer_kind and self.peer_kind not in PeerKind.values:
             raise ValidationError({"peer_kind": ERR_KIND})
         if self.peer and not self.peer_kind and (self._state.adding or self._peer_changed()):

@@ -37,9 +37,10 @@ from chats.gateway.ids import (
     ANY_ACCOUNT,
     ANY_PEER,
     DEFAULT_ACCOUNT,
+    DIRECT,
     GROUP,
-    fold_id,
     kind_class,
+    peer_id,
 )
 from chats.gateway.inbound import Inbound
 from chats.gateway.keys import is_shared_dm, main_key_for, session_key_for
@@ -324,7 +325,11 @@ class RouteIndex:
             raise ValueError("The default agent must be one of the agents.")
         self.default = self.agents[default_agent_id]
         self.dm_scope = dm_scope
-        self.identity_links = dict(identity_links or {})
+        # Both sides lower-cased, as OpenClaw's resolveLinkedPeerId compares them.
+        self.identity_links = {
+            (channel.lower(), peer_id(DIRECT, peer)): name
+            for (channel, peer), name in (identity_links or {}).items()
+        }
         self.version = version
         self.peer: dict[tuple[str, str], list[CompiledBinding]] = {}
         self.parent: dict[tuple[str, str], list[CompiledBinding]] = {}
@@ -545,7 +550,7 @@ class RouteIndex:
             AgentRef(*row) for row in Agent.objects.values_list("id", "slug", "name", "workspace")
         ]
         links = {
-            (channel.lower(), fold_id(channel.lower(), peer)): name
+            (channel.lower(), peer_id(DIRECT, peer)): name
             for channel, peer, name in IdentityLink.objects.values_list("channel", "peer", "name")
         }
         return cls(
@@ -588,9 +593,9 @@ class RouteIndex:
         peers, parents, wildcards, guild_roles, guilds, teams, accounts, channels = tables
         probe = Probe(
             inbound.account_id,
-            fold_id(channel, inbound.routing_peer),
+            peer_id(inbound.peer_kind, inbound.routing_peer),
             kind_class(inbound.peer_kind),
-            fold_id(channel, inbound.thread_parent),
+            inbound.thread_parent.strip(),
             inbound.guild_id,
             inbound.member_roles,
             inbound.team_id,

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chats.gateway.ids import fold_id
 from chats.gateway.inbound import inbound_parse
 from chats.gateway.keys import main_key_for, session_key_for
 from chats.gateway.models import DmScope
@@ -145,7 +144,7 @@ def origins(draw):
         fields["job_id"] = draw(names)
     inbound = inbound_parse(fields | {"text": "hi"})
     link = draw(st.one_of(st.none(), st.sampled_from(TRICKY[:6] + ["alice"])))
-    links = {(channel, fold_id(channel, inbound.peer)): link} if link else {}
+    links = {(channel, inbound.peer.lower()): link} if link else {}
     return inbound, draw(scopes), links
 
 
@@ -153,19 +152,18 @@ def who_it_is(inbound, scope, links):
     """What a key must tell apart, written out plainly: the same tuple, the same session."""
     channel, kind = inbound.channel, inbound.chat_type
 
-    def fold(value):
-        return fold_id(channel, value)
-
+    # Rooms and threads as their platform gave them; a person's id, and a linked
+    # person's name, lower-cased (issue 31).
     if kind == "group":
-        return ("group", channel, fold(inbound.group_id))
+        return ("group", channel, inbound.group_id)
     if kind == "thread":
-        return ("thread", channel, fold(inbound.thread_parent), fold(inbound.thread_id))
+        return ("thread", channel, inbound.thread_parent, inbound.thread_id)
     if kind == "cron":
         return ("cron", inbound.job_id, inbound.message_id)
     if scope == DmScope.SHARED:
         return ("shared",)
-    linked = links.get((channel, fold(inbound.peer)))
-    person = ("linked", linked) if linked else ("peer", fold(inbound.peer))
+    linked = links.get((channel, inbound.peer.lower()))
+    person = ("linked", linked.lower()) if linked else ("peer", inbound.peer.lower())
     if scope == DmScope.PER_PEER:
         return ("per-peer", *person)
     if scope == DmScope.PER_ACCOUNT_CHANNEL_PEER:

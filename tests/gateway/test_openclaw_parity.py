@@ -364,8 +364,8 @@ def test_per_account_channel_peer_keys(account, expected):
         ),
         pytest.param(
             thread("slack", "ABC123", "C1"),
-            "thread:slack:c1:abc123",
-            id=f"{SKT}: normalizes threadId to lowercase",
+            "thread:slack:C1:ABC123",
+            id=f"{SKT}: normalizes threadId to lowercase [deliberate difference: kept as given]",
         ),
         pytest.param(
             group("discord", 1468834856187203680),
@@ -387,8 +387,8 @@ def test_per_account_channel_peer_keys(account, expected):
             id="issue 16: Telegram numeric ids stay as they are",
         ),
         pytest.param(
-            dm("whatsapp", "Alice"), "dm:whatsapp:Alice",
-            id="issue 16: a channel not known to ignore case keeps it",
+            dm("whatsapp", "Alice"), "dm:whatsapp:alice",
+            id="session-key.ts buildAgentPeerSessionKey: a DM peer is lower-cased on every channel",
         ),
     ],
 )  # fmt: skip
@@ -396,15 +396,16 @@ def test_case_folding_in_keys(inbound, expected):
     assert main_key_for(inbound) == expected
 
 
-def test_one_slack_user_in_two_cases_is_one_session_and_one_binding():
-    index = index_of([("work", {"channel": "slack", "peer": {"kind": "direct", "id": "U04ABC"}})])
-    upper = resolve_route(dm("slack", "U04ABC"), index=index)
-    lower = resolve_route(dm("slack", "u04abc"), index=index)
-    assert upper.session_key == lower.session_key == "agent:work:dm:slack:u04abc"
-    assert (upper.rule.tier, lower.rule.tier) == (Tier.PEER, Tier.PEER)
-    # where case means something, two cases are two people
-    signal = index_of([("work", {"channel": "signal", "peer": {"kind": "direct", "id": "Ab"}})])
-    assert routed(signal, dm("signal", "ab")) == ("main", Tier.DEFAULT)
+def test_one_person_in_two_cases_is_one_session_and_one_binding():
+    """OpenClaw lower-cases a DM peer in its key on every channel; Conch also compares a
+    direct binding's peer that way (a deliberate difference, in the README: OpenClaw
+    compares binding ids as written, so one session could be routed to two agents)."""
+    for channel, peer in (("slack", "U04ABC"), ("signal", "Ab"), ("imessage", "Alice@Example.com")):
+        index = index_of([("work", {"channel": channel, "peer": {"kind": "direct", "id": peer}})])
+        upper = resolve_route(dm(channel, peer), index=index)
+        lower = resolve_route(dm(channel, peer.lower()), index=index)
+        assert upper.session_key == lower.session_key == f"agent:work:dm:{channel}:{peer.lower()}"
+        assert (upper.rule.tier, lower.rule.tier) == (Tier.PEER, Tier.PEER)
 
 
 # ---------------------------------------------------------------------------
@@ -434,3 +435,144 @@ def test_identity_links_keep_the_account_under_per_account_channel_peer():
     index = index_of([], dm_scope=DmScope.PER_ACCOUNT_CHANNEL_PEER, links=LINKS)
     route = resolve_route(dm("telegram", "111111111", "bot1"), index=index)
     assert route.main_key == "dm:telegram:bot1:linked:alice"
+
+
+# ---------------------------------------------------------------------------
+# Case (issue 31): rooms, groups and threads keep the case their platform gave them;
+# a person's DM id is lower-cased. From OpenClaw's
+# src/sessions/session-key-case-preservation.test.ts@bd61b76 (CP), its Matrix plugin's
+# extensions/matrix/src/matrix/monitor/threads.ts (MX), session-key.test.ts (SK) and
+# resolve-route.test.ts (RR).
+
+CP = "session-key-case-preservation.test.ts@bd61b76"
+MX = "matrix/monitor/threads.ts resolveMatrixThreadSessionKeys"
+ROOM_A = "!MixedRoomAbCdEf:example.org"
+ROOM_B = "!OtherRoomGhIjKl:matrix.example.org"
+EVENT = "$EvMixedCaseAbCdEfGhIjKlMnOpQrStUvWxYz0"
+
+
+@pytest.mark.parametrize(
+    ("inbound", "expected"),
+    [
+        pytest.param(group("matrix", ROOM_A), "group:matrix:!MixedRoomAbCdEf%3Aexample.org",
+                     id=f"{CP}: preserves Matrix room ids for channel/group peers [A]"),
+        pytest.param(group("matrix", ROOM_B), "group:matrix:!OtherRoomGhIjKl%3Amatrix.example.org",
+                     id=f"{CP}: keeps Matrix room id case in the channel session key (both prod rooms)"),
+        pytest.param(thread("matrix", EVENT, ROOM_A),
+                     f"thread:matrix:!MixedRoomAbCdEf%3Aexample.org:{EVENT}",
+                     id=f"{CP}: preserves the Matrix room id AND the :thread:<event> suffix ({MX})"),
+        pytest.param(dm("matrix", "@Bob:X"), "dm:matrix:@bob%3Ax",
+                     id=f"{CP}: lowercases non-enrolled channels and Matrix DM (direct) peers [DM]"),
+        pytest.param(dm("matrix", "@Bob:Example.Org"), "dm:matrix:@bob%3Aexample.org",
+                     id=f"{CP}: lowercases Matrix DM (direct) keys"),
+        pytest.param(group("signal", "AbC123="), "group:signal:AbC123=",
+                     id=f"{CP}: still preserves Signal group ids"),
+        pytest.param(group("signal", " AbC123= "), "group:signal:AbC123=",
+                     id=f"{CP}: trims whitespace inside a preserved Signal segment"),
+        pytest.param(dm("whatsapp", "+15551234567"), "dm:whatsapp:+15551234567",
+                     id=f"{RR}: dmScope=per-channel-peer controls direct-message session key isolation"),
+        # Deliberate differences (README, "Where Conch and OpenClaw differ"): OpenClaw
+        # lower-cases every other channel's group and thread ids; Conch keeps them all.
+        pytest.param(group("telegram", "MixedHandle"), "group:telegram:MixedHandle",
+                     id=f"{CP}: lowercases non-enrolled channels [deliberate difference: kept]"),
+        pytest.param(group("telegram", "MiXeDGroup"), "group:telegram:MiXeDGroup",
+                     id=f"{SK}: keeps non-Signal opaque-looking group ids lowercase [deliberate difference: kept]"),
+        pytest.param(thread("signal", "XyZ", "AbC123="), "thread:signal:AbC123=:XyZ",
+                     id=f"{CP}: keeps lowercasing a Signal thread suffix [deliberate difference: kept]"),
+    ],
+)  # fmt: skip
+def test_case_in_keys(inbound, expected):
+    assert main_key_for(inbound) == expected
+
+
+def test_two_rooms_that_differ_only_by_case_are_two_sessions():
+    """CP: does not collapse two case-distinct rooms to one key (the leak of issue 31)."""
+    index = index_of([])
+    one = resolve_route(group("matrix", ROOM_A), index=index)
+    other = resolve_route(group("matrix", ROOM_A.lower()), index=index)
+    assert one.session_key != other.session_key
+
+
+def test_per_peer_keys_and_dm_and_channel_keys_stay_apart():
+    """RR: dmScope=per-peer controls direct-message session key isolation; continuity:
+    keeps per-peer DMs distinct from channel sessions."""
+    index = index_of([], dm_scope=DmScope.PER_PEER)
+    assert resolve_route(dm("whatsapp", "+15551234567"), index=index).main_key == (
+        "dm:+15551234567"
+    )
+    person = resolve_route(dm("discord", "user123"), index=index).session_key
+    room = resolve_route(group("discord", "channel456"), index=index).session_key
+    assert person != room
+
+
+def test_identity_links_compare_both_sides_lower_cased():
+    """session-key.ts resolveLinkedPeerId: the link entry and the peer are both trimmed and
+    lower-cased (no OpenClaw test has mixed case; this follows its code), and the name is
+    lower-cased in the key."""
+    index = index_of([], links={("iMessage", "Alice@Example.com"): "Alice"})
+    for peer in ("alice@example.com", "ALICE@EXAMPLE.COM", " Alice@Example.com "):
+        assert resolve_route(dm("imessage", peer), index=index).main_key == (
+            "dm:imessage:linked:alice"
+        )
+    # A link on one channel is that channel's: the same id elsewhere is someone else.
+    assert resolve_route(dm("sms", "alice@example.com"), index=index).main_key == (
+        "dm:sms:alice@example.com"
+    )
+
+
+PARENT_BINDINGS = [
+    ("thread-agent", {"channel": "discord", "peer": {"kind": "channel", "id": "thread-456"}}),
+    ("parent-agent", {"channel": "discord", "peer": {"kind": "channel", "id": "parent-channel-123"}}),
+    ("guild-agent", {"channel": "discord", "guildId": "guild-789"}),
+]  # fmt: skip
+A_THREAD = thread("discord", "thread-456", "parent-channel-123", guild_id="guild-789")
+
+
+@pytest.mark.parametrize(
+    ("bindings", "inbound", "expected"),
+    [
+        pytest.param([PARENT_BINDINGS[1]], thread("discord", "thread-456", "parent-channel-123"),
+                     ("parent-agent", "binding.peer.parent"),
+                     id=f"{RR_379}: thread inherits binding from parent channel when no direct match"),
+        pytest.param(PARENT_BINDINGS[:2], A_THREAD, ("thread-agent", "binding.peer"),
+                     id=f"{RR}: direct peer binding wins over parent peer binding"),
+        pytest.param(PARENT_BINDINGS[1:], A_THREAD, ("parent-agent", "binding.peer.parent"),
+                     id=f"{RR}: parent peer binding wins over guild binding"),
+        pytest.param([("other", {"channel": "discord", "peer": {"kind": "channel", "id": "other-parent-999"}}),
+                      PARENT_BINDINGS[2]], A_THREAD, ("guild-agent", "binding.guild"),
+                     id=f"{RR}: falls back to guild binding when no parent peer match"),
+        pytest.param([("guild", {"channel": "discord", "accountId": "default", "guildId": "g1"}),
+                      ("account", {"channel": "discord", "accountId": "default"})],
+                     group("discord", "c1", "default", guild_id="g1"), ("guild", "binding.guild"),
+                     id=f"{RR_379}: guild binding wins over account binding when peer not bound"),
+    ],
+)  # fmt: skip
+def test_parents_and_guilds(bindings, inbound, expected):
+    agent, matched_by = expected
+    assert routed(index_of(bindings), inbound) == (agent, MATCHED_BY[matched_by])
+
+
+ROLES = [
+    ("admins", {"channel": "discord", "guildId": "g1", "roles": ["admin"]}),
+    ("everyone", {"channel": "discord", "guildId": "g1"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("bindings", "roles", "expected"),
+    [
+        pytest.param(ROLES, ["admin"], ("admins", Tier.GUILD_ROLES),
+                     id=f"{RR}: guild+roles binding is more specific than guild-only"),
+        pytest.param(ROLES, [], ("everyone", Tier.GUILD),
+                     id=f"{RR}: no memberRoleIds means guild+roles bindings do not match"),
+        pytest.param(ROLES[:1], ["member"], ("main", Tier.DEFAULT),
+                     id=f"{RR}: roles that do not match fall back to default"),
+        pytest.param([("any-role", {"channel": "discord", "guildId": "g1", "roles": []})], ["x"],
+                     ("any-role", Tier.GUILD), id=f"{RR}: empty roles list means no role restriction"),
+        pytest.param([*ROLES, ("room", {"channel": "discord", "peer": {"kind": "channel", "id": "c1"}})],
+                     ["admin"], ("room", Tier.PEER), id=f"{RR}: peer binding beats guild+roles"),
+    ],
+)  # fmt: skip
+def test_roles(bindings, roles, expected):
+    inbound = group("discord", "c1", guild_id="g1", member_roles=roles)
+    assert routed(index_of(bindings), inbound) == expected
