@@ -13,6 +13,17 @@ reference index:
 - ``SKT``: ``src/routing/__tests__/session-key.test.ts`` @978ec91d80ac2c6faa9b4b02ab45a17878a95694.
 - ``SRC``: ``src/routing/resolve-route.ts`` (its ``tiers`` array: peer, peer.parent,
   peer.wildcard, guild+roles, guild, team, account, channel).
+- Issue 31 added, from the index's newest-looking copies: ``CP``,
+  ``src/sessions/session-key-case-preservation.test.ts`` @bd61b76b6f693fe499601dbee0d3822303983a4e
+  (with ``src/sessions/session-key-utils.ts`` at the same commit, whose registry keeps
+  Signal groups and Matrix rooms as given); the Matrix plugin's
+  ``extensions/matrix/src/matrix/monitor/threads.ts`` (thread event ids kept); and from
+  ``resolve-route.test.ts`` the parent-peer, guild, role and peer+scope cases. Cases
+  Conch has no counterpart for are not translated: ``groupScope``, a custom
+  ``mainKey``, a per-route or per-binding ``dmScope``, the session store's alias and
+  legacy-key lookup, and key parsing (Conch never parses a key back into its parts).
+  Where Conch differs on purpose, the case says "deliberate difference" and the README
+  says why.
 
 OpenClaw's ``binding.match`` becomes a Conch binding: ``peer: {kind, id}`` is
 ``peer_kind`` + ``peer``; its ``matchedBy`` names become Conch's tiers
@@ -576,3 +587,23 @@ ROLES = [
 def test_roles(bindings, roles, expected):
     inbound = group("discord", "c1", guild_id="g1", member_roles=roles)
     assert routed(index_of(bindings), inbound) == expected
+
+
+@pytest.mark.parametrize(
+    ("channel", "scope", "tier"),
+    [("discord", "guildId", Tier.GUILD), ("slack", "teamId", Tier.TEAM)],
+)
+def test_a_peer_binding_with_a_scope_needs_both(channel, scope, tier):
+    """RR peer+$scope constraints: does not become a scope-wide fallback when the peer
+    mismatches (#14752); requires a matching scope even when the peer matches."""
+    where = {"guildId": "guild_id", "teamId": "team_id"}[scope]
+    mismatch = index_of([
+        ("peer", {"channel": channel, scope: "space", "peer": {"kind": "channel", "id": "room-a"}}),
+        ("fallback", {"channel": channel, scope: "space"}),
+    ])  # fmt: skip
+    assert routed(mismatch, group(channel, "room-b", **{where: "space"})) == ("fallback", tier)
+    elsewhere = index_of([
+        ("wrong", {"channel": channel, scope: "other", "peer": {"kind": "channel", "id": "room"}}),
+        ("right", {"channel": channel, scope: "space"}),
+    ])  # fmt: skip
+    assert routed(elsewhere, group(channel, "room", **{where: "space"})) == ("right", tier)
