@@ -12,7 +12,6 @@ new generation.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -192,6 +191,22 @@ def _title(inbound: Inbound) -> str:
     return title[: LIMITS.title_chars]
 
 
+def inbound_of(origin: SessionOrigin, **changed: str) -> Inbound:
+    """Where a session's messages come from, as a message of it (``changed`` aside): what
+    its key and its title are made from."""
+    fields: dict[str, Any] = {
+        "channel": origin.channel,
+        "chat_type": origin.chat_type,
+        "account_id": origin.account_id,
+        "peer": origin.peer,
+        "group_id": origin.group_id,
+        "thread_id": origin.thread_id,
+        "parent_peer": origin.parent_peer,
+        "group_name": origin.group_name,
+    }
+    return Inbound(**fields | changed)
+
+
 def group_retitle(*, channel: str, account_id: str, group_id: str, title: str) -> int:
     """A group was renamed on its app: its live sessions' titles follow, except where the
     person gave the chat a title of their own. Returns how many chats were renamed."""
@@ -205,18 +220,9 @@ def group_retitle(*, channel: str, account_id: str, group_id: str, title: str) -
     for origin in origins:
         if origin.group_name == title:
             continue
-        was = Inbound(
-            channel=origin.channel,
-            chat_type=origin.chat_type,
-            account_id=origin.account_id,
-            peer=origin.peer,
-            group_id=origin.group_id,
-            thread_id=origin.thread_id,
-            parent_peer=origin.parent_peer,
-            group_name=origin.group_name,
-        )
+        was = inbound_of(origin)
         if origin.conversation.title == _title(was):  # not renamed by the person
-            now = dataclasses.replace(was, group_name=title)
+            now = inbound_of(origin, group_name=title)
             conversation_rename(conversation=origin.conversation, title=_title(now))
             renamed += 1
         SessionOrigin.objects.filter(pk=origin.pk).update(group_name=title)

@@ -60,7 +60,7 @@ from chats.gateway.models import (
     SessionOrigin,
 )
 from chats.gateway.outbox import DeliveryError, outbox_part_sent, reply_target
-from chats.gateway.services import group_retitle
+from chats.gateway.services import group_retitle, inbound_of
 from chats.limits import LIMITS
 from chats.models import Conversation, EntryKind, EntryRole
 from chats.runtime.chats import conversation_archive, entry_append
@@ -420,14 +420,8 @@ def telegram_chat_migrate(
                 fields["parent_peer"] = new
             SessionOrigin.objects.filter(pk=origin.pk).update(**fields)
             if chat.session_key and chat.agent is not None:
-                moved_to = Inbound(
-                    channel=CHANNEL,
-                    chat_type=origin.chat_type,
-                    account_id=account_id,
-                    peer=origin.peer,
-                    group_id=new,
-                    thread_id=origin.thread_id,
-                    parent_peer=fields.get("parent_peer", origin.parent_peer),
+                moved_to = inbound_of(
+                    origin, group_id=new, parent_peer=fields.get("parent_peer", origin.parent_peer)
                 )
                 key = session_key_for(chat.agent.slug, main_key_for(moved_to))
                 there = (
