@@ -404,6 +404,12 @@ class OwnerIdentity(models.Model):
         return f"{self.owner} is {self.channel}:{self.peer}"
 
 
+ERR_LINK_TAKEN = (
+    "{peer} is linked already, to {name}: ids are compared in any case, so this would be "
+    "the same person twice."
+)
+
+
 class IdentityLink(models.Model):
     """One person's peer on one channel, linked to a name shared by their other peers.
 
@@ -421,6 +427,18 @@ class IdentityLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel}:{self.peer} is {self.name}"
+
+    def clean(self) -> None:
+        """One link a person: a peer is compared in any case (ids.peer_id), so another link
+        for the same peer written in another case would make their name a coin toss."""
+        self.channel = (self.channel or "").strip().lower()
+        self.peer = (self.peer or "").strip()
+        same = IdentityLink.objects.filter(
+            channel__iexact=self.channel, peer__iexact=self.peer
+        ).exclude(pk=self.pk)
+        other = same.first()
+        if other is not None:
+            raise ValidationError({"peer": ERR_LINK_TAKEN.format(peer=other.peer, name=other.name)})
 
 
 class ResetMode(models.TextChoices):

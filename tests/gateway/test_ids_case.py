@@ -54,3 +54,22 @@ def test_an_identity_link_matches_the_peer_in_any_case(receive):
 
     assert on_imessage.session_key == "agent:main:dm:imessage:linked:alice"
     assert on_telegram.session_key == "agent:main:dm:telegram:linked:alice"
+
+
+def test_the_admin_refuses_a_second_link_for_one_peer_in_another_case(client, owner):
+    IdentityLink.objects.create(name="alice", channel="imessage", peer="Alice@Example.com")
+    client.force_login(owner)
+
+    added = client.post(
+        "/admin/gateway/identitylink/add/",
+        {"name": "mallory", "channel": "iMessage", "peer": "ALICE@example.com"},
+    )
+
+    assert added.status_code == 200  # the form again, with the error beside the peer
+    assert "is linked already, to alice" in added.content.decode()
+    assert list(IdentityLink.objects.values_list("name", flat=True)) == ["alice"]
+    kept = client.post(
+        "/admin/gateway/identitylink/add/",
+        {"name": "bob", "channel": "imessage", "peer": "bob@example.com"},
+    )
+    assert kept.status_code == 302
