@@ -31,6 +31,7 @@ from chats.runtime.chats import (
     conversation_rename,
     conversation_set_mode,
     default_agent,
+    persona_for_new_chat,
 )
 from chats.runtime.connect import (
     ModelChoice,
@@ -62,15 +63,11 @@ def get_chat_for_user(request: HtmxHttpRequest, public_id: str) -> Conversation:
     )
 
 
-def _new_chat_form(request: HtmxHttpRequest, data=None) -> NewChatForm:
-    persona = _persona(request)
+def _new_chat_form(
+    request: HtmxHttpRequest, data=None, *, persona: Agent | None = None
+) -> NewChatForm:
+    persona = persona or persona_for_new_chat(request.user)
     return NewChatForm(data, account=request.user, initial={"agent": persona and persona.pk})
-
-
-def _persona(request: HtmxHttpRequest) -> Agent | None:
-    """The persona a new chat of the signed-in account answers with; None if it has none."""
-    agent = default_agent()  # made on first use: the install's own
-    return agent if personas.may_use(request.user, agent) else personas.persona_for(request.user)
 
 
 def _page(
@@ -84,9 +81,9 @@ def _page(
     context = regions.page_context(owner_id=signed_in_id(request), conversation=chat)
     context["notices"] = _notices(request)
     if chat is None:
-        context["form"] = form or _new_chat_form(request)
-        persona = _persona(request)
-        manages = manages_models(request.user)
+        persona = persona_for_new_chat(request.user)
+        context["form"] = form or _new_chat_form(request, persona=persona)
+        manages = personas.runs_the_install(request.user)
         context["default_agent"] = persona
         context["manages_models"] = manages
         context["no_persona"] = personas.ERR_NO_PERSONA
@@ -100,7 +97,7 @@ def _page(
 
 def _notices(request: HtmxHttpRequest) -> list[hooks.OwnerNotice]:
     """What the owner should know (the apps' notices), for the owner and staff alone."""
-    return hooks.owner_notices() if manages_models(request.user) else []
+    return hooks.owner_notices() if personas.runs_the_install(request.user) else []
 
 
 def page_with(
@@ -356,13 +353,9 @@ ERR_NOT_YOURS_TO_CONNECT = (
 )
 
 
-def manages_models(user) -> bool:
-    """Who may see and change personas' models: the install's owner (a superuser) and staff."""
-    return personas.runs_the_install(user)
-
-
 def _models_refused(request: HtmxHttpRequest) -> HttpResponse | None:
-    if manages_models(request.user):
+    """Who may see and change personas' models: the install's owner and staff."""
+    if personas.runs_the_install(request.user):
         return None
     return HttpResponse(ERR_NOT_YOURS_TO_CONNECT, status=403, content_type="text/plain")
 

@@ -50,6 +50,13 @@ def default_agent() -> Agent:
     return agent
 
 
+def persona_for_new_chat(owner) -> Agent | None:
+    """The persona a new chat of ``owner``'s answers with when none is chosen: the install's
+    default (made on first use) if it is theirs, else their own first; None if they have none."""
+    agent = default_agent()
+    return agent if personas.may_use(owner, agent) else personas.persona_for(owner)
+
+
 def entry_append(
     *,
     conversation: Conversation,
@@ -96,11 +103,9 @@ def conversation_create(
     if len(title) > LIMITS.title_chars:
         raise ConchError(ERR_TITLE_TOO_LONG.format(chars=LIMITS.title_chars))
     if agent is None:
-        agent = default_agent()
-        if not personas.may_use(owner, agent):  # an account the admin made: its own, if any
-            agent = personas.persona_for(owner)
-            if agent is None:
-                raise ConchError(personas.ERR_NO_PERSONA)
+        agent = persona_for_new_chat(owner)
+        if agent is None:
+            raise ConchError(personas.ERR_NO_PERSONA)
     refused = personas.persona_refusal(owner, agent)
     if refused:
         raise ConchError(refused)
