@@ -31,7 +31,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import time_machine
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -196,6 +195,8 @@ class PlayRunner:
 
     def clock_move(self, by: dt.timedelta, tick: int) -> None:
         if self.traveller is None:
+            import time_machine  # only a play whose clock moves needs it (and it loads pytest)
+
             self.traveller = time_machine.travel(timezone.now(), tick=True)
             self.coordinates = self.traveller.start()
         self.coordinates.shift(by)
