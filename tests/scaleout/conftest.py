@@ -21,9 +21,10 @@ import pytest
 import redis
 from psycopg import sql
 
+from tests.once import made_once, shared_folder
+from tests.scaleout.postgres import POSTGRES_ADMIN_URL, database_drop
 from tests.scaleout.processes import manage_ok, process_env
 
-POSTGRES_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/test"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -85,24 +86,43 @@ def _create_database(name: str, template: str | None = None) -> None:
 
 
 def _drop_database(name: str) -> None:
-    with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    database_drop(name)
+
+
+def shared_template_name() -> str:
+    """The PostgreSQL template this run's pytest-xdist workers share: its name carries the
+    run's token (``tests/envplugin.py``), whose controller drops it when the run ends."""
+    return f"conch_template_{os.environ['CONCH_TEST_RUN']}"
+
+
+def template_migrate(name: str, home: Path) -> None:
+    _create_database(name)
+    env = process_env(home, DATABASE_URL=_database_url(name))
+    manage_ok("migrate", "--noinput", "-v0", env=env, timeout=180)
 
 
 @pytest.fixture(scope="session")
 def migrated_template(scaleout_services, tmp_path_factory) -> Iterator[str]:
-    """A PostgreSQL database migrated once for this test process (each pytest-xdist
-    worker has its own), which each test's database copies: ``CREATE DATABASE …
-    TEMPLATE`` takes a fraction of a second, a child's ``migrate`` several."""
+    """A PostgreSQL database migrated once, which each test's database copies: ``CREATE
+    DATABASE … TEMPLATE`` takes a fraction of a second, a child's ``migrate`` several.
+
+    Under pytest-xdist the workers share one (``made_once``); in one process the
+    fixture makes its own and drops it itself.
+    """
+    if shared_folder(tmp_path_factory) is not None:
+        name = shared_template_name()
+
+        def make(home: Path) -> Path:
+            _drop_database(name)  # what a failed make left
+            template_migrate(name, home)
+            return home
+
+        made_once(tmp_path_factory, "postgres-template", make)
+        yield name
+        return
     name = f"conch_template_{uuid.uuid4().hex[:10]}"
-    _create_database(name)
     try:
-        env = process_env(
-            tmp_path_factory.mktemp("template-home"), DATABASE_URL=_database_url(name)
-        )
-        manage_ok("migrate", "--noinput", "-v0", env=env, timeout=180)
+        template_migrate(name, tmp_path_factory.mktemp("template-home"))
         yield name
     finally:
         _drop_database(name)
@@ -110,13 +130,17 @@ def migrated_template(scaleout_services, tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def migrated_sqlite(tmp_path_factory) -> Path:
-    """Conch's SQLite file migrated once for this test process; ``sqlite_home`` copies it."""
-    home = tmp_path_factory.mktemp("sqlite-template-home")
-    manage_ok("migrate", "--noinput", "-v0", env=process_env(home), timeout=180)
-    database = home / "conch.sqlite3"
-    with contextlib.closing(sqlite3.connect(database)) as connection:
-        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the one file
-    return database
+    """Conch's SQLite file migrated once for the whole run (``made_once``); ``sqlite_home``
+    copies it."""
+
+    def make(home: Path) -> Path:
+        manage_ok("migrate", "--noinput", "-v0", env=process_env(home), timeout=180)
+        database = home / "conch.sqlite3"
+        with contextlib.closing(sqlite3.connect(database)) as connection:
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # all of it in the one file
+        return database
+
+    return made_once(tmp_path_factory, "sqlite-template", make)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from django.conf import settings
 from chats.models import Entry, EntryKind, Turn
 from chats.runtime.stepping import turn_advance
 from chats.runtime.turns import message_send
+from tests.once import made_once
 
 
 class Stage:
@@ -85,26 +86,30 @@ def wait_chat(chat):
 
 @pytest.fixture(scope="session")
 def play_template(tmp_path_factory) -> Path:
-    """A migrated SQLite file the tests' plays copy (``conch_play --template``), made by one play.
+    """A migrated SQLite file the tests' plays copy (``conch_play --template``), made by one
+    play, once for the whole run (``made_once``).
 
     Migrating costs more than most plays; each play copies this file instead.
     """
-    folder = tmp_path_factory.mktemp("play-template")
-    empty = folder / "empty.json"
-    empty.write_text(
-        json.dumps({"chats": [{"name": "a", "title": "A", "folder": ".", "script": []}]})
-    )
-    template = folder / "conch.sqlite3"
-    made = subprocess.run(
-        [sys.executable, "manage.py", "conch_play", str(empty), "--template", str(template)],
-        cwd=settings.BASE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr
-    assert template.is_file()
-    return template
+
+    def make(folder: Path) -> Path:
+        empty = folder / "empty.json"
+        empty.write_text(
+            json.dumps({"chats": [{"name": "a", "title": "A", "folder": ".", "script": []}]})
+        )
+        template = folder / "conch.sqlite3"
+        made = subprocess.run(
+            [sys.executable, "manage.py", "conch_play", str(empty), "--template", str(template)],
+            cwd=settings.BASE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert made.returncode == 0, made.stderr
+        assert template.is_file()
+        return template
+
+    return made_once(tmp_path_factory, "play-template", make)
 
 
 @pytest.fixture
