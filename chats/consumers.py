@@ -14,6 +14,13 @@ A socket lives no longer than the session that opened it (chats/signout.py):
 it closes with :data:`CLOSE_UNAUTHENTICATED` on ``session.ended``, when the
 session expires, and when a check every :data:`SESSION_RECHECK_SECONDS` finds
 it gone. The page then reloads, which takes it to the sign-in.
+
+A socket with no session is accepted and closed at once with that same code,
+never refused at the handshake: a browser sees a refused handshake only as
+1006, which reads as "the server is away", so a tab whose sign-out it missed
+(its socket was down at that moment) would say "reconnecting…" forever. Nothing
+is sent before the close, and another site's page is still refused by the origin
+check in front of this consumer.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from chats import events, pushes, regions, signout
 
 log = logging.getLogger(__name__)
 
-# Not signed in, or no longer: refused before the handshake, or closed after it.
+# Not signed in, or no longer: closed with this code, which the page answers by reloading.
 CLOSE_UNAUTHENTICATED = 4401
 # The session could not be checked (the database failed): the page retries.
 CLOSE_CHECK_FAILED = 1011
@@ -51,7 +58,7 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
         user = self.scope.get("user")
         session_key = getattr(self.scope.get("session"), "session_key", None)
         if user is None or not user.is_authenticated or not session_key:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._signed_out()
             return
         events.bind_loop(asyncio.get_running_loop())
         self.owner_id = user.pk
@@ -71,13 +78,19 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
         state = await self._session_state()
         if state is None:
             await self._leave()
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+            await self._signed_out()
             return
         await self.accept()
         self.session_watch = asyncio.create_task(self._watch_session(state.expires_at))
         # The number the page should be at: a page that is behind refetches.
         await self.send(text_data=await pushes.render(_render_hello, owner_id=self.owner_id))
         await owner_tabs.ready(self)
+
+    async def _signed_out(self) -> None:
+        """Tell the page its session is gone: accepted and closed at once, nothing sent."""
+        self.ended = True
+        await self.accept()
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def disconnect(self, code: int) -> None:
         if self.session_watch is not None:

@@ -9,6 +9,7 @@ from channels.db import database_sync_to_async
 from channels.testing import HttpCommunicator
 from django.test import Client
 
+from chats import consumers
 from chats.models import Conversation, Mode
 from chats.runtime.chats import default_agent
 from chats.signin import signin_link_create
@@ -91,7 +92,14 @@ async def test_the_socket_refuses_a_stranger(chat):
 
     connected, _ = await communicator.connect(timeout=5)
 
-    assert not connected
+    # Closed at once with "signed out" (the page's cue to go to the sign-in), and
+    # nothing sent first: not the hello, not a single push.
+    assert connected
+    assert await communicator.receive_output(timeout=5) == {
+        "type": "websocket.close",
+        "code": consumers.CLOSE_UNAUTHENTICATED,
+    }
+    assert await communicator.receive_nothing(timeout=0.2)
     await communicator.disconnect()
 
 
