@@ -72,16 +72,22 @@
     }
   });
 
+  function focusAgain(id) {
+    var again = document.getElementById(id);
+    var active = document.activeElement;
+    if (again && (!active || active === body)) { again.focus({ preventScroll: true }); }
+  }
+
   body.addEventListener('htmx:oobAfterSwap', function () {
     if (!refocus) { return; }
     var id = refocus;
     refocus = null;
-    // Once every handler of this swap has run (conch-steps.js opens the steps that were open).
-    window.setTimeout(function () {
-      var again = document.getElementById(id);
-      var active = document.activeElement;
-      if (again && (!active || active === body)) { again.focus({ preventScroll: true }); }
-    }, 0);
+    // At once, in the same task as the swap: a key pressed just then (Enter on Stop)
+    // reaches the new control, never the page's body.
+    focusAgain(id);
+    // And once every handler of this swap has run (conch-steps.js opens the steps
+    // that were open), in case one of them moved it.
+    window.setTimeout(function () { focusAgain(id); }, 0);
   });
 
   // ---------------------------------------------------------------- Escape

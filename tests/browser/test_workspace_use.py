@@ -301,3 +301,40 @@ def test_rename_mode_and_stop_leave_focus_on_the_next_control_and_escape_closes_
     page.locator("#chat-heading").click()
     page.keyboard.press("Escape")
     expect(inbound).not_to_have_attribute("open", "")
+
+
+def test_a_push_that_replaces_the_focused_stop_gives_focus_back_in_the_same_task(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """A key pressed just as a push replaces the control it was meant for (Enter on Stop
+    while a step streams in) must reach the new control. The ws extension swaps pushed
+    regions without htmx's own focus keeping, so focus must come back within the task
+    that swapped, before the browser can deliver the key: checked here as the push's
+    task ends (a microtask), before any timer could run."""
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        title="Focus",
+        reply=[{"tool": "list_files", "args": {}, "delay": STEP}] * 30,
+    )
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    page.get_by_label("Message").fill("Look around")
+    page.get_by_label("Message").press("Enter")
+    stop = page.get_by_role("button", name="Stop")
+    expect(stop).to_be_visible()
+    stop.focus()
+    page.evaluate(
+        """() => {
+          document.body.addEventListener('htmx:oobAfterSwap', function (evt) {
+            if (evt.detail.target && evt.detail.target.id !== 'chat-controls') { return; }
+            queueMicrotask(function () {
+              window.focusAfterPush = (document.activeElement || {}).id || 'the page';
+            });
+          });
+        }"""
+    )
+    page.wait_for_function("() => window.focusAfterPush !== undefined")
+    assert page.evaluate("() => window.focusAfterPush") == "stop-button"
