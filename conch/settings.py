@@ -437,5 +437,7 @@ CONCH_MODEL_PORTS = envports("CONCH_MODEL_PORTS", (11434, 8080, 1234, 8000))
 # The gateway: the zone daily resets are counted in, and replies to chat apps.
 CONCH_TIME_ZONE = TIME_ZONE
 CONCH_TELEGRAM_API_BASE = envurl("CONCH_TELEGRAM_API_BASE", "https://api.telegram.org")
+# Each chat app's API, pointed elsewhere only by tests (their loopback fakes).
+CONCH_SLACK_API_BASE = envurl("CONCH_SLACK_API_BASE", "https://slack.com/api/")
 CONCH_OUTBOX_MAX_ATTEMPTS = envint("CONCH_OUTBOX_MAX_ATTEMPTS", 8, minimum=1)
 CONCH_OUTBOX_BACKOFF_SECONDS = envfloat("CONCH_OUTBOX_BACKOFF_SECONDS", 5.0, minimum=0.0)

@@ -38,9 +38,12 @@ from chats.gateway.models import (
 from chats.gateway.outbox import DeliveryError, outbox_retry_now
 from chats.gateway.routines import routine_pause, routine_resume, routine_run_now
 from chats.gateway.services import channel_account_secret_rotate, session_end
+from chats.gateway.slack import CHANNEL as SLACK
+from chats.gateway.slack import slack_bot_identify
 from chats.gateway.telegram import CHANNEL as TELEGRAM
 from chats.gateway.telegram import telegram_bot_identify
 from chats.models import Agent
+from chats.secretbox import SecretsKeyError, secret_seal
 
 ERR_ONE_DEFAULT = "There must be exactly one default agent: make another agent the default instead."
 
@@ -257,13 +260,14 @@ class OutboxMessageAdmin(ReadOnlyAdmin):
         "state",
         "attempts",
         "parts_sent",
+        "delivery",
         "next_attempt_at",
         "last_error",
         "created_at",
         "sent_at",
     ]
-    list_filter = ["state", "channel"]
-    search_fields = ["text", "account_id", "last_error"]
+    list_filter = ["state", "channel", "delivery"]
+    search_fields = ["text", "account_id", "last_error", "delivery_error"]
     list_select_related = ["conversation"]
     actions = ["retry_now"]
 
@@ -325,7 +329,15 @@ class ChannelAccountForm(WriteOnlySecretMixin, forms.ModelForm):
         required=False,
         label="Bot token",
         widget=forms.PasswordInput(render_value=False),
-        help_text="Leave empty to keep the current token.",
+        help_text="Telegram's bot token, Slack's xoxb-… token, Discord's bot token or "
+        "WhatsApp's access token. Leave empty to keep the current one.",
+    )
+    signing_secret = forms.CharField(
+        required=False,
+        label="Signing secret",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Slack's signing secret, or the WhatsApp app's secret: every request the "
+        "app sends is checked against it. Leave empty to keep the current one.",
     )
 
     class Meta:
@@ -335,9 +347,23 @@ class ChannelAccountForm(WriteOnlySecretMixin, forms.ModelForm):
             "channel",
             "account_id",
             "secret",
+            "signing_secret",
+            "public_key",
+            "platform_id",
+            "group_activation",
             "edited_messages",
             "linked_channel_posts",
         ]
+
+    def clean_signing_secret(self) -> str:
+        value = self.cleaned_data.get("signing_secret") or ""
+        if not value and self.instance.pk:
+            return self.instance.signing_secret
+        try:
+            secret_seal(value)  # a key file that can't seal it is said here, not as a 500
+        except SecretsKeyError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return value
 
 
 @admin.register(ChannelAccount)
@@ -353,30 +379,36 @@ class ChannelAccountAdmin(admin.ModelAdmin):
         "created_at",
     ]
     list_filter = ["channel"]
-    readonly_fields = ["masked", "bot_username"]
+    readonly_fields = ["masked", "bot_username", "bot_user_id"]
     actions = ["new_webhook_secret", "learn_bot_name"]
 
     def save_model(self, request, obj: ChannelAccount, form, change) -> None:
         super().save_model(request, obj, form, change)
-        if obj.channel == TELEGRAM and "secret" in form.changed_data and obj.secret:
+        if obj.channel in (TELEGRAM, SLACK) and "secret" in form.changed_data and obj.secret:
             self._learn_bot_name(request, obj)
 
     def _learn_bot_name(self, request, account: ChannelAccount) -> None:
+        asked = "Telegram's getMe" if account.channel == TELEGRAM else "Slack's auth.test"
         try:
-            name = telegram_bot_identify(account)
+            if account.channel == TELEGRAM:
+                name = "@" + telegram_bot_identify(account)
+            else:
+                name = f"the user {slack_bot_identify(account)}"
         except DeliveryError as exc:
             self.message_user(
                 request,
-                f"{account}: Telegram's getMe didn't answer ({exc}); commands naming a bot "
-                "are not taken until it does (use “Learn the bot's name”).",
+                f"{account}: {asked} didn't answer ({exc}); the bot's own messages and "
+                "mentions of it are not known until it does (use “Learn the bot's name”).",
                 messages.WARNING,
             )
         else:
-            self.message_user(request, f"{account} is @{name}.")
+            self.message_user(request, f"{account} is {name}.")
 
-    @admin.action(description="Learn the bot's name from Telegram (getMe)")
+    @admin.action(
+        description="Learn the bot's name from its app (Telegram's getMe, Slack's auth.test)"
+    )
     def learn_bot_name(self, request, queryset) -> None:
-        for account in queryset.filter(channel=TELEGRAM):
+        for account in queryset.filter(channel__in=[TELEGRAM, SLACK]):
             self._learn_bot_name(request, account)
 
     @admin.display(boolean=True, description="webhook secret set")

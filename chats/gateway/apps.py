@@ -1,6 +1,6 @@
 """The gateway app (label ``gateway``), plugged into the runtime when it is ready.
 
-- the Telegram sender joins the outbox's senders;
+- each chat app's sender (Telegram, Slack, …) joins the outbox's senders;
 - a turn-end hook sends gateway replies out and does resets that waited;
 - a change to a binding, an agent, an identity link or the gateway's
   settings drops the routing index (here, and by version in other processes);
@@ -73,6 +73,7 @@ class GatewayAppConfig(AppConfig):
         from chats.gateway.routines import on_run_end, routines_fire
         from chats.gateway.routing import routing_changed
         from chats.gateway.services import on_turn_end, sessions_reset_sweep
+        from chats.gateway.slack import SlackSender
         from chats.gateway.telegram import TelegramSender
         from chats.models import Agent
 
@@ -85,6 +86,7 @@ class GatewayAppConfig(AppConfig):
             log.info("gateway maintenance: %s", " | ".join(report.lines()[:3]))
 
         register_sender(TelegramSender())
+        register_sender(SlackSender())
         hooks.add_turn_end_hook(on_turn_end)
         hooks.add_turn_end_hook(on_run_end)
         hooks.add_owner_notice(inbound_limited_lately)

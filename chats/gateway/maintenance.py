@@ -21,7 +21,13 @@ from django.db.models.deletion import get_candidate_relations_to_delete
 from django.utils import timezone
 
 from chats import events, hooks
-from chats.gateway.models import InboundRecord, MaintenanceMode, OutboxMessage, OutboxState
+from chats.gateway.models import (
+    InboundRecord,
+    MaintenanceMode,
+    OutboxMessage,
+    OutboxState,
+    SentPart,
+)
 from chats.gateway.selectors import gateway_config
 from chats.models import (
     TASK_GOING_STATES,
@@ -410,4 +416,6 @@ def records_prune(*, report: MaintenanceReport, batch: int = BATCH) -> None:
         # (inbound_received, outbox_finished) finds first; the last batch's are gone.
         rows = rows.order_by()
         while ids := list(rows.values_list("pk", flat=True)[:batch]):
+            if rows.model is OutboxMessage:  # its parts first: they hold no cascade
+                SentPart.objects.filter(message_id__in=ids).delete()
             report.records_pruned += rows.model._default_manager.filter(pk__in=ids).delete()[0]

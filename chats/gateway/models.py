@@ -319,6 +319,22 @@ class EditedMessages(models.TextChoices):
     NEW = "new", "take it as a new message"
 
 
+class GroupActivation(models.TextChoices):
+    """When a bot in a shared channel answers (OpenClaw's group activation)."""
+
+    MENTION = "mention", "when mentioned, or in a thread it is in"
+    ALWAYS = "always", "every message"
+
+
+class Delivery(models.TextChoices):
+    """What a chat app last said about a reply it took (WhatsApp's status callbacks)."""
+
+    SENT = "sent", "sent"
+    DELIVERED = "delivered", "delivered"
+    READ = "read", "read"
+    FAILED = "failed", "failed"
+
+
 class ChatMigration(models.Model):
     """A chat that moved to a new id on its app (a Telegram group that became a supergroup):
     a message still sent under the old id is routed to the new one."""
@@ -366,6 +382,35 @@ class ChannelAccount(models.Model):
     linked_channel_posts = models.BooleanField(
         default=False,
         help_text="Whether a post a linked channel forwards into a group starts a reply.",
+    )
+    # Sealed like ``secret``: an HMAC key must be readable to check a signature with.
+    signing_secret = EncryptedTextField(
+        blank=True,
+        help_text="Slack's signing secret, or the WhatsApp app's secret: every request "
+        "the app sends is checked against it.",
+    )
+    public_key = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="Discord: the application's public key (hex), which signs interactions.",
+    )
+    bot_user_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The bot's own user id (Slack's U…, Discord's), learnt when the account "
+        "is set up: its own messages are never answered, and a mention of it is one.",
+    )
+    platform_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="WhatsApp: the phone number id replies are sent from. "
+        "Discord: the application id.",
+    )
+    group_activation = models.CharField(
+        max_length=8,
+        choices=GroupActivation.choices,
+        default=GroupActivation.MENTION,
+        help_text="Slack channels and Discord servers: when the bot answers there.",
     )
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -611,6 +656,11 @@ class OutboxMessage(models.Model):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     sent_at = models.DateTimeField(null=True, blank=True)
+    # The app's own ids for the parts that went out (Slack's ts, WhatsApp's wamid,
+    # Discord's message id), and what the app last said about them.
+    sent_ids = models.JSONField(default=list, blank=True)
+    delivery = models.CharField(max_length=10, choices=Delivery.choices, blank=True)
+    delivery_error = models.TextField(blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -624,6 +674,30 @@ class OutboxMessage(models.Model):
 
     def __str__(self) -> str:
         return f"to {self.channel}:{self.account_id} ({self.state})"
+
+
+class SentPart(models.Model):
+    """One part of a reply as its app numbered it, so the app's later word on it
+    (delivered, read, failed) finds the reply."""
+
+    # Not CASCADE: maintenance deletes a batch of old replies' parts first, then the
+    # replies, each one DELETE, with no row read back (tests/gateway/test_maintenance_cost.py).
+    message = models.ForeignKey(OutboxMessage, on_delete=models.DO_NOTHING, related_name="parts")
+    channel = models.CharField(max_length=32)
+    account_id = models.CharField(max_length=128)
+    platform_message_id = models.CharField(max_length=255)
+    delivery = models.CharField(max_length=10, choices=Delivery.choices, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["channel", "account_id", "platform_message_id"], name="sent_part_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel}:{self.platform_message_id}"
 
 
 class Session(Conversation):

@@ -19,7 +19,14 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from chats.gateway.models import ChannelAccount, OutboxMessage, OutboxState, SessionOrigin
+from chats.gateway.models import (
+    ChannelAccount,
+    Delivery,
+    OutboxMessage,
+    OutboxState,
+    SentPart,
+    SessionOrigin,
+)
 from chats.models import Conversation, EntryKind, EntryRole, Turn, TurnState
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,21 @@ def reply_target(
     if reply_to_message_id not in (None, ""):
         target["reply_to_message_id"] = reply_to_message_id
     return target
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Cut ``text`` into parts of at most ``limit`` characters, at line ends where possible."""
+    parts = []
+    rest = text
+    while len(rest) > limit:
+        cut = rest.rfind("\n", 0, limit)
+        if cut <= 0:
+            cut = limit
+        parts.append(rest[:cut])
+        rest = rest[cut:].lstrip("\n")
+    if rest:
+        parts.append(rest)
+    return parts or [""]
 
 
 class DeliveryError(Exception):
@@ -228,7 +250,57 @@ def outbox_retry_now(*, message: OutboxMessage) -> None:
     ).update(state=OutboxState.PENDING, next_attempt_at=timezone.now(), claimed_until=None)
 
 
-def outbox_part_sent(*, message: OutboxMessage) -> None:
-    """Remember that one more part of a long message went out."""
+def outbox_part_sent(*, message: OutboxMessage, platform_message_id: str = "") -> None:
+    """Remember that one more part of a long message went out, and the app's id for it."""
     message.parts_sent += 1
-    OutboxMessage.objects.filter(pk=message.pk).update(parts_sent=message.parts_sent)
+    fields: dict = {"parts_sent": message.parts_sent}
+    if platform_message_id:
+        message.sent_ids = [*message.sent_ids, platform_message_id]
+        fields.update(sent_ids=message.sent_ids, delivery=Delivery.SENT)
+        SentPart.objects.get_or_create(
+            channel=message.channel,
+            account_id=message.account_id,
+            platform_message_id=platform_message_id,
+            defaults={"message": message, "delivery": Delivery.SENT},
+        )
+    OutboxMessage.objects.filter(pk=message.pk).update(**fields)
+
+
+# How far along a part is; a reply is as far along as its least advanced part.
+DELIVERY_ORDER: dict[str, int] = {Delivery.SENT: 1, Delivery.DELIVERED: 2, Delivery.READ: 3}
+
+
+def outbox_delivery_report(
+    *, channel: str, account_id: str, platform_message_id: str, status: str, error: str = ""
+) -> OutboxMessage | None:
+    """The app's later word on a part it took (delivered, read, failed): kept on the
+    part and on its reply. Statuses come out of order, so one never moves back (a
+    "delivered" after a "read" changes nothing), and a failure is kept whatever follows.
+    Returns the reply, or None for an id that isn't one of ours."""
+    with transaction.atomic():
+        part = (
+            SentPart.objects.select_for_update()
+            .filter(channel=channel, account_id=account_id, platform_message_id=platform_message_id)
+            .first()
+        )
+        if part is None:
+            return None
+        if part.delivery != Delivery.FAILED and (
+            status == Delivery.FAILED
+            or DELIVERY_ORDER.get(status, 0) > DELIVERY_ORDER.get(part.delivery, 0)
+        ):
+            SentPart.objects.filter(pk=part.pk).update(delivery=status, updated_at=timezone.now())
+        parts = list(SentPart.objects.filter(message_id=part.message_id))
+        message = OutboxMessage.objects.select_for_update().get(pk=part.message_id)
+        states = {p.delivery for p in parts}
+        delivery: str
+        if Delivery.FAILED in states:
+            delivery = Delivery.FAILED
+        else:
+            delivery = min(states, key=lambda s: DELIVERY_ORDER.get(s, 0))
+        fields: dict = {"delivery": delivery}
+        if status == Delivery.FAILED and error and not message.delivery_error:
+            fields["delivery_error"] = error[:2000]
+        OutboxMessage.objects.filter(pk=message.pk).update(**fields)
+        message.refresh_from_db()
+    return message

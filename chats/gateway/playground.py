@@ -145,6 +145,50 @@ PALETTE: tuple[PaletteMessage, ...] = (
        channel="cron", chat_type="cron", job_id="morning-mail",
        text="Summarize my unread mail."),
 )  # fmt: skip
+
+# Messages as the apps themselves send them, read by each app's own adapter: what the
+# playground fires is what the webhook would route, ids and all.
+AS_SENT = "As each app sends them"
+
+
+def _as_sent(id: str, who: str, where: str, inbound: Inbound) -> PaletteMessage:
+    fields = {
+        name: value
+        for name, value in inbound.as_dict().items()
+        if value not in ("", []) and name != "message_id"
+    }
+    return PaletteMessage(id, who, where, AS_SENT, fields)
+
+
+def _slack_sent(event: dict[str, Any]) -> Inbound:
+    from chats.gateway.slack import Take, slack_inbound
+
+    body = {"type": "event_callback", "team_id": "T0ACME", "event": event}
+    asked = slack_inbound(body, account_id="acme")
+    assert isinstance(asked, Take), asked  # noqa: S101 - the palette is ours
+    return asked.inbound
+
+
+def _apps_as_sent() -> tuple[PaletteMessage, ...]:
+    return (
+        _as_sent("slack-im-event", "U2147483697", "Slack: a message.im event", _slack_sent(
+            {"type": "message", "channel": "D024BE91L", "user": "U2147483697",
+             "text": "Hello hello can you hear me?", "ts": "1355517523.000005",
+             "channel_type": "im"})),
+        _as_sent("slack-mention-event", "U061F7AUR", "Slack: an app_mention in #C123ABC456",
+                 _slack_sent(
+            {"type": "app_mention", "user": "U061F7AUR", "channel": "C123ABC456",
+             "text": "<@U0LAN0Z89> is it everything a river should be?",
+             "ts": "1515449522.000016"})),
+        _as_sent("slack-thread-event", "U061F7AUR", "Slack: an app_mention in a thread",
+                 _slack_sent(
+            {"type": "app_mention", "user": "U061F7AUR", "channel": "C123ABC456",
+             "text": "<@U0LAN0Z89> and in the thread?", "ts": "1515449600.000020",
+             "thread_ts": "1515449522.000016"})),
+    )  # fmt: skip
+
+
+PALETTE = PALETTE + _apps_as_sent()
 PALETTE_BY_ID = {message.id: message for message in PALETTE}
 
 

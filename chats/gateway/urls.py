@@ -1,12 +1,13 @@
 from django.urls import path
 
-from chats.gateway import views
+from chats.gateway import slack, views
 
 app_name = "gateway"
 
 urlpatterns = [
     path("inbound", views.inbound, name="inbound"),
     path("telegram/<str:account>", views.telegram_webhook, name="telegram"),
+    path("slack/<str:account>", slack.slack_webhook, name="slack"),
     path("playground/", views.playground, name="playground"),
     path("playground/scope/", views.playground_scope, name="playground-scope"),
     path("playground/bindings/", views.playground_binding_add, name="playground-binding-add"),

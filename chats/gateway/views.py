@@ -35,12 +35,10 @@ from chats.gateway.forms import (
 from chats.gateway.inbound import (
     BodyTooLarge,
     InboundError,
-    inbound_json,
     inbound_parse,
-    text_check,
 )
 from chats.gateway.lifecycle import local_zone
-from chats.gateway.models import ChannelAccount, ChatType, DmScope, PeerKind, Routine, RunState
+from chats.gateway.models import ChatType, DmScope, PeerKind, Routine, RunState
 from chats.gateway.routines import (
     routine_create,
     routine_next_times,
@@ -70,7 +68,7 @@ from chats.gateway.telegram import (
     telegram_inbound,
     update_message_id,
 )
-from chats.limits import LIMITS
+from chats.gateway.webhooks import account_for, json_body
 from chats.models import Agent
 from chats.personas import runs_the_install
 from chats.runtime.chats import ConchError, default_agent
@@ -80,41 +78,10 @@ from conch.http import HtmxHttpRequest
 ERR_NO_TOKEN = "A gateway token is required: Authorization: Bearer <token>."
 ERR_BAD_TOKEN = "That gateway token is not valid."
 ERR_BAD_SECRET = "The webhook's secret token is missing or wrong."
-ERR_BAD_LENGTH = "Content-Length must be a whole number of bytes."
 
 
 def _refused(message: str, status: int, **extra) -> JsonResponse:
     return JsonResponse({"error": message, **extra}, status=status)
-
-
-def _json_body(request: HtmxHttpRequest):
-    """The body as JSON, read at most LIMITS.inbound_body_bytes bytes far.
-
-    ``request.body`` would raise Django's RequestDataTooBig (an HTML 400) past
-    DATA_UPLOAD_MAX_MEMORY_SIZE. The declared length is judged before reading;
-    a chunked body has none, so the read itself stops one byte past the limit.
-    """
-    declared = request.META.get("CONTENT_LENGTH") or ""
-    if declared:
-        try:
-            length = int(declared)
-        except ValueError:
-            raise InboundError("body", ERR_BAD_LENGTH) from None
-        if length > LIMITS.inbound_body_bytes:
-            raise BodyTooLarge()
-    raw = request.read(LIMITS.inbound_body_bytes + 1)
-    if len(raw) > LIMITS.inbound_body_bytes:
-        raise BodyTooLarge()
-    return inbound_json(raw)
-
-
-def _account_known_shape(account: str) -> bool:
-    """Whether the URL's account could name a stored one (PostgreSQL can't even look up NUL)."""
-    try:
-        text_check(account, "account")
-    except InboundError:
-        return False
-    return True
 
 
 def _bearer(request: HtmxHttpRequest) -> str | None:
@@ -143,7 +110,7 @@ def inbound(request: HtmxHttpRequest) -> JsonResponse:
         response["WWW-Authenticate"] = 'Bearer realm="conch-gateway", error="invalid_token"'
         return response
     try:
-        message = inbound_parse(_json_body(request))
+        message = inbound_parse(json_body(request))
         return _result(inbound_receive(owner=owner, inbound=message))
     except BodyTooLarge as exc:
         return _refused(exc.message, 413, field=exc.field)
@@ -165,13 +132,7 @@ def telegram_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
     """Telegram's door. Past the secret, every update is answered 200: one we choose not to
     take is logged and kept in the admin as refused or ignored, since any other answer makes
     Telegram resend it for hours and hold back the updates behind it."""
-    found = (
-        ChannelAccount.objects.filter(channel=TELEGRAM, account_id=account)
-        .select_related("owner")
-        .first()
-        if _account_known_shape(account)
-        else None
-    )
+    found = account_for(TELEGRAM, account)
     secret = request.headers.get(SECRET_HEADER, "")
     # An unknown account reads the same as a wrong secret: nothing to learn by probing.
     if found is None or not channel_account_check(account=found, secret=secret):
@@ -189,7 +150,7 @@ def telegram_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
         return JsonResponse({"outcome": "refused", "error": message, "field": field}, status=200)
 
     try:
-        raw = _json_body(request)
+        raw = json_body(request)
         asked = telegram_inbound(raw, account=found)
     except InboundError as exc:
         return refused(exc.message, exc.field)

@@ -20,7 +20,7 @@ from chats.gateway.maintenance import (
     records_prune,
     sessions_compact,
 )
-from chats.gateway.models import InboundRecord, OutboxMessage, OutboxState
+from chats.gateway.models import InboundRecord, OutboxMessage, OutboxState, SentPart
 from chats.models import Entry, EntryRole, Step, Turn, TurnState
 from tests.gateway.test_maintenance import NOW, session
 
@@ -68,6 +68,25 @@ def test_each_batch_of_old_sent_replies_is_found_by_index_not_by_sorting_them_al
     plan = _plan(finds[0])
     assert any("INDEX outbox_finished (state=? AND created_at<?)" in step for step in plan), plan
     assert not any("TEMP B-TREE" in step or step.startswith("SCAN") for step in plan), plan
+
+
+def test_old_replies_go_with_the_parts_their_app_numbered_and_new_ones_keep_theirs(db):
+    old, new = (OutboxMessage.objects.create(**vars_of(_outbox(OutboxState.SENT, when)))
+                for when in (OLD, NOW))  # fmt: skip
+    for message, ts in ((old, "1.1"), (old, "1.2"), (new, "2.1")):
+        SentPart.objects.create(
+            message=message, channel=message.channel, account_id=message.account_id,
+            platform_message_id=ts,
+        )  # fmt: skip
+    report = _report()
+    records_prune(report=report, batch=3)
+    assert list(OutboxMessage.objects.values_list("pk", flat=True)) == [new.pk]
+    assert list(SentPart.objects.values_list("platform_message_id", flat=True)) == ["2.1"]
+
+
+def vars_of(message: OutboxMessage) -> dict:
+    return {f.attname: getattr(message, f.attname) for f in message._meta.concrete_fields
+            if f.attname != "id"}  # fmt: skip
 
 
 def test_each_batch_of_old_receipts_is_found_by_index(db):

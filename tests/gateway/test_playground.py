@@ -125,6 +125,11 @@ SEED_KEYS = {
     "carol-thread": "agent:main:thread:slack:eng-standup:1712-0042",
     # A cron run: fresh, named for its run.
     "mail-cron": "agent:main:cron:morning-mail:run-1",
+    # As the apps send them, read by their own adapters (ids keep their case; a DM's
+    # person is lower-cased).
+    "slack-im-event": "agent:main:dm:slack:u2147483697",
+    "slack-mention-event": "agent:main:group:slack:C123ABC456",
+    "slack-thread-event": "agent:main:thread:slack:C123ABC456:1515449522.000016",
 }
 
 

@@ -30,6 +30,7 @@ from chats.gateway.models import (
     RunTrigger,
     SessionOrigin,
 )
+from chats.gateway.outbox import sender_channels
 from chats.gateway.routines import (
     MISSED_AFTER,
     routine_next_times,
@@ -429,7 +430,9 @@ def test_a_peer_on_an_app_conch_cannot_send_to_is_refused(owner, agent):
         owner=owner,
     )
     assert not form.is_valid()
-    assert form.errors["channel"] == ["Conch can't send to pigeonpost yet; it sends to: telegram."]
+    known = ", ".join(sender_channels())
+    assert form.errors["channel"] == [f"Conch can't send to pigeonpost yet; it sends to: {known}."]
+    assert "telegram" in known
     telegram = RoutineForm(form.data | {"channel": "Telegram"}, owner=owner)
     assert not telegram.is_valid()  # Conch sends to Telegram, but through no bot of the owner's
     assert "No telegram bot account (any) is this account's" in telegram.errors["account_id"][0]

@@ -72,6 +72,7 @@ EXPECTED: dict[str, tuple[set[int], set[int]]] = {
     # The gateway's doors take a bearer token or a bot's secret, never a session.
     "inbound": ({405}, NEEDS_A_TOKEN),
     "telegram": ({405}, NEEDS_A_TOKEN),
+    "slack": ({405}, NEEDS_A_TOKEN),
     # Signing in and out is everyone's own.
     "signin": (OWN, OWN | {403}),
     "signin-token": (OWN, OWN),
