@@ -75,6 +75,7 @@ class GatewayAppConfig(AppConfig):
         from chats.gateway.services import on_turn_end, sessions_reset_sweep
         from chats.gateway.slack import SlackSender
         from chats.gateway.telegram import TelegramSender
+        from chats.gateway.whatsapp import WhatsAppSender
         from chats.models import Agent
 
         def deliver_outbox() -> None:
@@ -86,6 +87,7 @@ class GatewayAppConfig(AppConfig):
             log.info("gateway maintenance: %s", " | ".join(report.lines()[:3]))
 
         register_sender(TelegramSender())
+        register_sender(WhatsAppSender())
         register_sender(SlackSender())
         hooks.add_turn_end_hook(on_turn_end)
         hooks.add_turn_end_hook(on_run_end)

@@ -169,6 +169,25 @@ def _slack_sent(event: dict[str, Any]) -> Inbound:
     return asked.inbound
 
 
+def _whatsapp_sent(sender: str, name: str, words: str) -> Inbound:
+    from chats.gateway.whatsapp import Take, whatsapp_inbound
+
+    value = {
+        "messaging_product": "whatsapp",
+        "metadata": {"display_phone_number": "15550001111", "phone_number_id": "106540352242922"},
+        "contacts": [{"profile": {"name": name}, "wa_id": sender}],
+        "messages": [{"from": sender, "id": "wamid.HBgLMTU1NTAwMDIyMjIVAgASGBQ",
+                      "timestamp": "1697043223", "type": "text", "text": {"body": words}}],
+    }  # fmt: skip
+    body = {
+        "object": "whatsapp_business_account",
+        "entry": [{"id": "102290129340398", "changes": [{"value": value, "field": "messages"}]}],
+    }
+    [asked] = whatsapp_inbound(body, account_id="shop")
+    assert isinstance(asked, Take), asked  # noqa: S101 - the palette is ours
+    return asked.inbound
+
+
 def _apps_as_sent() -> tuple[PaletteMessage, ...]:
     return (
         _as_sent("slack-im-event", "U2147483697", "Slack: a message.im event", _slack_sent(
@@ -185,6 +204,8 @@ def _apps_as_sent() -> tuple[PaletteMessage, ...]:
             {"type": "app_mention", "user": "U061F7AUR", "channel": "C123ABC456",
              "text": "<@U0LAN0Z89> and in the thread?", "ts": "1515449600.000020",
              "thread_ts": "1515449522.000016"})),
+        _as_sent("whatsapp-text-event", "Test Name", "WhatsApp: a text message to the shop",
+                 _whatsapp_sent("972987654321", "Test Name", "Body Text")),
     )  # fmt: skip
 
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from chats.gateway import slack, views
+from chats.gateway import slack, views, whatsapp
 
 app_name = "gateway"
 
@@ -8,6 +8,7 @@ urlpatterns = [
     path("inbound", views.inbound, name="inbound"),
     path("telegram/<str:account>", views.telegram_webhook, name="telegram"),
     path("slack/<str:account>", slack.slack_webhook, name="slack"),
+    path("whatsapp/<str:account>", whatsapp.whatsapp_webhook, name="whatsapp"),
     path("playground/", views.playground, name="playground"),
     path("playground/scope/", views.playground_scope, name="playground-scope"),
     path("playground/bindings/", views.playground_binding_add, name="playground-binding-add"),

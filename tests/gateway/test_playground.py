@@ -130,6 +130,7 @@ SEED_KEYS = {
     "slack-im-event": "agent:main:dm:slack:u2147483697",
     "slack-mention-event": "agent:main:group:slack:C123ABC456",
     "slack-thread-event": "agent:main:thread:slack:C123ABC456:1515449522.000016",
+    "whatsapp-text-event": "agent:main:dm:whatsapp:972987654321",
 }
 
 
