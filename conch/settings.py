@@ -439,6 +439,7 @@ CONCH_TIME_ZONE = TIME_ZONE
 CONCH_TELEGRAM_API_BASE = envurl("CONCH_TELEGRAM_API_BASE", "https://api.telegram.org")
 # Each chat app's API, pointed elsewhere only by tests (their loopback fakes).
 CONCH_SLACK_API_BASE = envurl("CONCH_SLACK_API_BASE", "https://slack.com/api/")
+CONCH_DISCORD_API_BASE = envurl("CONCH_DISCORD_API_BASE", "https://discord.com/api/v10")
 CONCH_WHATSAPP_API_BASE = envurl("CONCH_WHATSAPP_API_BASE", "https://graph.facebook.com/v21.0")
 CONCH_OUTBOX_MAX_ATTEMPTS = envint("CONCH_OUTBOX_MAX_ATTEMPTS", 8, minimum=1)
 CONCH_OUTBOX_BACKOFF_SECONDS = envfloat("CONCH_OUTBOX_BACKOFF_SECONDS", 5.0, minimum=0.0)

@@ -66,6 +66,7 @@ class GatewayAppConfig(AppConfig):
 
     def ready(self) -> None:
         from chats import hooks
+        from chats.gateway.discord import DiscordSender
         from chats.gateway.floods import inbound_limited_lately
         from chats.gateway.maintenance import maintenance_run
         from chats.gateway.models import Binding, GatewayConfig, IdentityLink, ResetPolicy
@@ -89,6 +90,7 @@ class GatewayAppConfig(AppConfig):
         register_sender(TelegramSender())
         register_sender(WhatsAppSender())
         register_sender(SlackSender())
+        register_sender(DiscordSender())
         hooks.add_turn_end_hook(on_turn_end)
         hooks.add_turn_end_hook(on_run_end)
         hooks.add_owner_notice(inbound_limited_lately)

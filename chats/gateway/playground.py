@@ -188,6 +188,14 @@ def _whatsapp_sent(sender: str, name: str, words: str) -> Inbound:
     return asked.inbound
 
 
+def _discord_sent(message: dict[str, Any]) -> Inbound:
+    from chats.gateway.discord import Take, discord_inbound
+
+    asked = discord_inbound(message, account_id="home", bot_user_id="1250000000000000001")
+    assert isinstance(asked, Take), asked  # noqa: S101 - the palette is ours
+    return asked.inbound
+
+
 def _apps_as_sent() -> tuple[PaletteMessage, ...]:
     return (
         _as_sent("slack-im-event", "U2147483697", "Slack: a message.im event", _slack_sent(
@@ -206,6 +214,17 @@ def _apps_as_sent() -> tuple[PaletteMessage, ...]:
              "thread_ts": "1515449522.000016"})),
         _as_sent("whatsapp-text-event", "Test Name", "WhatsApp: a text message to the shop",
                  _whatsapp_sent("972987654321", "Test Name", "Body Text")),
+        _as_sent("discord-guild-event", "alice", "Discord: a mention in a server, with roles",
+                 _discord_sent(
+            {"id": "1251590112338575400", "type": 0, "channel_id": "1247389570789330984",
+             "guild_id": "1247389570122563624", "content": "<@1250000000000000001> hello",
+             "author": {"id": "1118295468731793408", "username": "alice"},
+             "member": {"roles": ["1247389570122563630", "1247391022857633812"]},
+             "mentions": [{"id": "1250000000000000001", "username": "conch", "bot": True}]})),
+        _as_sent("discord-dm-event", "alice", "Discord: a DM", _discord_sent(
+            {"id": "1251590112338575401", "type": 0, "channel_id": "1251000000000000000",
+             "content": "hi, it's me", "author": {"id": "1118295468731793408",
+                                                 "username": "alice"}})),
     )  # fmt: skip
 
 

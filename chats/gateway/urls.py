@@ -1,6 +1,6 @@
 from django.urls import path
 
-from chats.gateway import slack, views, whatsapp
+from chats.gateway import discord, slack, views, whatsapp
 
 app_name = "gateway"
 
@@ -9,6 +9,7 @@ urlpatterns = [
     path("telegram/<str:account>", views.telegram_webhook, name="telegram"),
     path("slack/<str:account>", slack.slack_webhook, name="slack"),
     path("whatsapp/<str:account>", whatsapp.whatsapp_webhook, name="whatsapp"),
+    path("discord/<str:account>/interactions", discord.discord_interactions, name="discord"),
     path("playground/", views.playground, name="playground"),
     path("playground/scope/", views.playground_scope, name="playground-scope"),
     path("playground/bindings/", views.playground_binding_add, name="playground-binding-add"),

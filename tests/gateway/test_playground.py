@@ -131,6 +131,8 @@ SEED_KEYS = {
     "slack-mention-event": "agent:main:group:slack:C123ABC456",
     "slack-thread-event": "agent:main:thread:slack:C123ABC456:1515449522.000016",
     "whatsapp-text-event": "agent:main:dm:whatsapp:972987654321",
+    "discord-guild-event": "agent:main:group:discord:1247389570789330984",
+    "discord-dm-event": "agent:main:dm:discord:1118295468731793408",
 }
 
 

@@ -74,6 +74,7 @@ EXPECTED: dict[str, tuple[set[int], set[int]]] = {
     "telegram": ({405}, NEEDS_A_TOKEN),
     "slack": ({405}, NEEDS_A_TOKEN),
     "whatsapp": ({403}, NEEDS_A_TOKEN),  # its GET is Meta's handshake: a verify token
+    "discord": ({405}, NEEDS_A_TOKEN),
     # Signing in and out is everyone's own.
     "signin": (OWN, OWN | {403}),
     "signin-token": (OWN, OWN),
