@@ -540,3 +540,54 @@ def test_the_admin_never_shows_the_secrets_and_keeps_them_when_not_retyped(
         SIGNING_SECRET,
         GroupActivation.ALWAYS,
     )
+
+
+# ---------------------------------------------------------------------------
+# OpenClaw's own Slack cases (src/slack/monitor/message-handler/
+# prepare.thread-session-key.test.ts, replyToMode "off", its default for channels),
+# played through our webhook: same messages, the same sessions.
+
+
+def _openclaw_channel_message(**overrides) -> dict:
+    event = {"channel": "C123", "channel_type": "channel", "user": "U1",
+             "text": f"<@{BOT_USER}> hello", "ts": "1770408518.451689", "type": "message",
+             **overrides}  # fmt: skip
+    return {"type": "event_callback", "team_id": "T1", "event": event}
+
+
+def test_openclaw_keeps_top_level_channel_turns_in_one_session(client, app):
+    deliver(client, _openclaw_channel_message(ts="1770408518.451689"))
+    deliver(client, _openclaw_channel_message(ts="1770408520.000001"))
+    keys = set(Conversation.objects.values_list("session_key", flat=True))
+    assert keys == {"agent:main:group:slack:C123"}  # one session, no thread in its key
+
+
+def test_openclaw_uses_the_parent_thread_ts_for_thread_replies(client, app):
+    deliver(
+        client,
+        _openclaw_channel_message(
+            user="U2", text=f"<@{BOT_USER}> reply", ts="1770408522.168859",
+            thread_ts="1770408518.451689",
+        ),
+    )  # fmt: skip
+    key = Conversation.objects.get().session_key
+    assert key.endswith(":1770408518.451689") and "1770408522.168859" not in key
+
+
+def test_openclaw_keeps_one_thread_session_across_users_in_the_same_thread(client, app):
+    for user, ts in (("U1", "1770408522.168859"), ("U2", "1770408523.168859")):
+        deliver(
+            client,
+            _openclaw_channel_message(
+                user=user, text=f"<@{BOT_USER}> in the thread", ts=ts,
+                thread_ts="1770408518.451689",
+            ),
+        )  # fmt: skip
+    assert list(Conversation.objects.values_list("session_key", flat=True)) == [
+        "agent:main:thread:slack:C123:1770408518.451689"
+    ]
+    chat = Conversation.objects.get()  # both people's words went to it (the second waits)
+    assert (
+        InboundRecord.objects.filter(conversation=chat, outcome__in=["started", "queued"]).count()
+        == 2
+    )
