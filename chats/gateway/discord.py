@@ -65,8 +65,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from chats.gateway.floods import InboundLimited
 from chats.gateway.inbound import (
     BodyTooLarge,
-    Inbound,
+    Ignore,
     InboundError,
+    Take,
     inbound_json,
     inbound_parse,
     text_check,
@@ -230,22 +231,6 @@ def message_receipt(raw: Any) -> str:
 
 # ---------------------------------------------------------------------------
 # What a message asks of us
-
-
-@dataclass(frozen=True)
-class Take:
-    """A person's words: route them."""
-
-    inbound: Inbound
-    reply_to: dict
-
-
-@dataclass(frozen=True)
-class Ignore:
-    """Nothing for us; ``message_id`` is set when it was for us, to keep it in the admin."""
-
-    reason: str
-    message_id: str = ""
 
 
 @dataclass(frozen=True)

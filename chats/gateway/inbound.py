@@ -195,6 +195,23 @@ class Inbound:
         }
 
 
+@dataclass(frozen=True)
+class Take:
+    """What a chat app's payload asks, when it is a person's words: route them, and
+    send the reply to ``reply_to`` (:func:`chats.gateway.outbox.reply_target`)."""
+
+    inbound: Inbound
+    reply_to: dict
+
+
+@dataclass(frozen=True)
+class Ignore:
+    """Nothing for us; ``message_id`` is set when there was a message, to keep it in the admin."""
+
+    reason: str
+    message_id: str = ""
+
+
 # The words for each refusal. A field's own words come first; pydantic's error
 # types stand for the rules the model states (a type, a length, a pattern).
 ERR_NOT_AN_OBJECT = "must be a JSON object."

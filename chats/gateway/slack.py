@@ -51,8 +51,9 @@ from slack_sdk.web import WebClient
 from chats.gateway.floods import InboundLimited
 from chats.gateway.inbound import (
     BodyTooLarge,
-    Inbound,
+    Ignore,
     InboundError,
+    Take,
     inbound_json,
     inbound_parse,
     text_check,
@@ -219,22 +220,6 @@ def event_message_id(raw: Any) -> str:
 
 # ---------------------------------------------------------------------------
 # What a request asks of us
-
-
-@dataclass(frozen=True)
-class Take:
-    """A person's words: route them."""
-
-    inbound: Inbound
-    reply_to: dict
-
-
-@dataclass(frozen=True)
-class Ignore:
-    """Nothing for us; ``message_id`` is set when there was a message, to keep it in the admin."""
-
-    reason: str
-    message_id: str = ""
 
 
 @dataclass(frozen=True)

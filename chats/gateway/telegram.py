@@ -47,7 +47,7 @@ from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from chats import events
-from chats.gateway.inbound import Inbound, InboundError, inbound_parse, text_check
+from chats.gateway.inbound import Ignore, InboundError, Take, inbound_parse, text_check
 from chats.gateway.keys import main_key_for, session_key_for
 from chats.gateway.models import (
     Binding,
@@ -180,22 +180,6 @@ def update_message_id(raw: Any) -> str:
 
 # ---------------------------------------------------------------------------
 # What an Update asks of us
-
-
-@dataclass(frozen=True)
-class Take:
-    """A person's words: route them."""
-
-    inbound: Inbound
-    reply_to: dict
-
-
-@dataclass(frozen=True)
-class Ignore:
-    """Nothing for us; ``message_id`` is set when there was a message, to keep it in the admin."""
-
-    reason: str
-    message_id: str = ""
 
 
 @dataclass(frozen=True)

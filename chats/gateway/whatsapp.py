@@ -66,8 +66,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from chats.gateway.floods import InboundLimited
 from chats.gateway.inbound import (
     BodyTooLarge,
-    Inbound,
+    Ignore,
     InboundError,
+    Take,
     inbound_json,
     inbound_parse,
     text_check,
@@ -325,22 +326,6 @@ def _message_id(raw: Any) -> str:
 
 # ---------------------------------------------------------------------------
 # What a notification asks of us, one message or status at a time
-
-
-@dataclass(frozen=True)
-class Take:
-    """A person's words: route them."""
-
-    inbound: Inbound
-    reply_to: dict
-
-
-@dataclass(frozen=True)
-class Ignore:
-    """Nothing for us; ``message_id`` is set when there was a message, to keep it in the admin."""
-
-    reason: str
-    message_id: str = ""
 
 
 @dataclass(frozen=True)
