@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import re
 import urllib.error
+import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -389,7 +390,7 @@ def slack_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
         inbound_not_taken(
             channel=CHANNEL,
             account_id=found.account_id,
-            message_id=event_message_id(raw) or f"refused:{request.headers.get(SIGNATURE_HEADER)}",
+            message_id=event_message_id(raw) or f"refused:{uuid.uuid4().hex}",
             outcome="refused",
             reason=f"{field}: {message}",
         )
