@@ -4,7 +4,8 @@ One path, three maintained libraries:
 
 1. ``markdown-it-py`` parses CommonMark plus tables and strikethrough, with raw
    HTML off (a ``<script>`` in a reply is text) and ``linkify-it-py`` turning bare
-   addresses into links. Its own link check already refuses ``javascript:``,
+   addresses into links: only those written with a scheme or ``www.``, never a file
+   name that looks like a domain (:func:`_linkify_strict`). Its own link check already refuses ``javascript:``,
    ``vbscript:``, ``file:`` and ``data:`` links. Images are off: a reply never
    makes the page fetch anything (an image's address can carry what it read out).
 2. Pygments colours a fenced block whose language it knows, as classes only
@@ -19,6 +20,7 @@ The person's own words are never rendered: they stay plain text.
 from __future__ import annotations
 
 import html
+import re
 from functools import cache
 
 import nh3
@@ -73,6 +75,30 @@ def _code_block(code: str, lang: str, _attrs: str) -> str:
     return f'<pre class="code"><code{label}>{body}</code></pre>\n'
 
 
+WWW = "www."
+
+
+def _linkify_strict(md: MarkdownIt) -> None:
+    """Link only what is written as an address: a scheme (``https://…``, ``mailto:…``) or
+    ``www.``. linkify-it's fuzzy links read every file name as a domain (``greet.py``,
+    ``README.md`` went to strangers' websites); a bare e-mail address stays text too."""
+    linkify = md.linkify
+    linkify.set({"fuzzy_link": False, "fuzzy_email": False})
+    rest = re.compile(r"^" + linkify.re["src_host_port_strict"] + linkify.re["src_path"], re.I)
+
+    def validate(_linkify, text: str, pos: int) -> int:
+        before = pos - len(WWW) - 1
+        if before >= 0 and (text[before] == "." or text[before].isalnum()):
+            return 0  # foo.www.example: a name that happens to hold "www.", not an address
+        found = rest.search(text[pos:])
+        return len(found.group(0)) if found else 0
+
+    def normalize(_linkify, match) -> None:
+        match.url = "http://" + match.url
+
+    linkify.add(WWW, {"validate": validate, "normalize": normalize})
+
+
 @cache
 def _parser() -> MarkdownIt:
     md = MarkdownIt(
@@ -81,6 +107,7 @@ def _parser() -> MarkdownIt:
     )
     md.enable(["table", "strikethrough", "linkify"])
     md.disable("image")
+    _linkify_strict(md)
     return md
 
 

@@ -75,6 +75,22 @@ def test_a_reply_renders_as_markdown_with_code_monospaced(
     )
 
 
+def test_file_names_in_a_reply_are_words_and_only_real_addresses_are_links(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    said = "I changed greet.py, README.md and CHANGES.md. Docs: https://example.com/docs"
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, reply=[{"say": said}])
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    send(page, "What changed?")
+
+    reply = page.locator("#transcript .msg.from-assistant .text")
+    expect(reply).to_contain_text("greet.py, README.md and CHANGES.md")
+    expect(reply.get_by_role("link")).to_have_count(1)
+    expect(reply.get_by_role("link")).to_have_attribute("href", "https://example.com/docs")
+
+
 # Records, every frame, whether the page shows the reply's words (a Markdown mark
 # the next piece completes, a fence's backticks say, may go; the words never do).
 WATCH = """

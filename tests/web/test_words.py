@@ -238,6 +238,31 @@ def test_a_reply_renders_headings_lists_tables_links_and_highlighted_code():
     assert unsafe_parts(html) == []
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["Edit greet.py, then README.md and CHANGES.md.", "Run main.rs or app.tsx", "see a@b.com"],
+)
+def test_a_file_name_that_looks_like_a_domain_is_never_a_link(text):
+    # linkify-it's fuzzy links made greet.py a link to http://greet.py/, a stranger's site.
+    assert "<a " not in md.render_markdown(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "href"),
+    [
+        ("see https://example.com/x?y=1", "https://example.com/x?y=1"),
+        ("docs at www.example.com/guide", "http://www.example.com/guide"),
+        ("write mailto:me@example.com", "mailto:me@example.com"),
+    ],
+)
+def test_an_address_written_with_its_scheme_or_www_is_still_a_link(text, href):
+    assert f'href="{href}"' in md.render_markdown(text)
+
+
+def test_www_inside_a_longer_name_is_not_an_address():
+    assert "<a " not in md.render_markdown("the host foo.www.example is internal")
+
+
 def test_code_in_an_unknown_language_is_still_a_plain_code_block():
     html = md.render_markdown("```nosuchlang\n<b>x</b>\n```")
     assert html.startswith('<pre class="code"><code data-lang="nosuchlang">&lt;b&gt;x&lt;/b&gt;')
