@@ -25,6 +25,7 @@ from chats.limits import LIMITS
 from chats.models import (
     Conversation,
     Effect,
+    Entry,
     EntryKind,
     EntryRole,
     Mode,
@@ -119,16 +120,25 @@ def _transcript_loader(conversation: Conversation):
     return load
 
 
-def _text_streamer(turn: Turn, worker: str):
+class _TextStreamer:
     """What a model engine calls with the reply's words so far: a ``reply.text`` event.
 
-    Nothing is stored: the words are an entry once the engine has chosen its
-    action. Returns False once the reply is no longer this worker's to run.
+    Nothing is stored while the words come: they are an entry once the engine has
+    chosen its action. If the reply is stopped first, the words so far are kept
+    (:func:`_stopped_words_keep`). Returns False once the reply is no longer this
+    worker's to run.
     """
 
-    def push(text: str) -> bool:
-        if not _still_mine(turn.pk, worker):
+    def __init__(self, turn: Turn, worker: str) -> None:
+        self.turn = turn
+        self.worker = worker
+        self.latest = ""  # the words so far, whole
+
+    def __call__(self, text: str) -> bool:
+        turn = self.turn
+        if not _still_mine(turn.pk, self.worker):
             return False
+        self.latest = text
         if len(text) > LIMITS.stream_chars:
             text = "…" + text[-LIMITS.stream_chars :]
         events.publish(
@@ -139,7 +149,48 @@ def _text_streamer(turn: Turn, worker: str):
         )
         return True
 
-    return push
+
+def _stopped_words_keep(turn: Turn, words: str) -> bool:
+    """Keep the words a stopped reply had written, as its reply so far, marked stopped.
+
+    They go where the reply stood, just before the chat's "Stopped: …" note (which the
+    Stop wrote while the words were still coming), so the transcript reads in order and
+    the model, at the next message, reads what it had said. Once per reply. Returns
+    whether the reply was stopped (and the words, if any, kept).
+    """
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(turn.conversation_id)
+        current = Turn.objects.get(pk=turn.pk)
+        if current.state != TurnState.STOPPED:
+            return False
+        words = words.strip()
+        entries = Entry.objects.filter(conversation=conversation, turn=current)
+        if not words or entries.filter(data__stopped=True).exists():
+            return True
+        last = entries.order_by("-seq").first()
+        if last is not None and last.kind == EntryKind.NOTE and "stopped_by" in last.data:
+            note_text, note_data = last.text, last.data
+            last.role, last.kind, last.text = EntryRole.ASSISTANT, EntryKind.MESSAGE, words
+            last.data = {"stopped": True}
+            last.save(update_fields=["role", "kind", "text", "data"])
+            entry_append(
+                conversation=conversation,
+                role=EntryRole.CONCH,
+                kind=EntryKind.NOTE,
+                turn=current,
+                text=note_text,
+                data=note_data,
+            )
+        else:
+            entry_append(
+                conversation=conversation,
+                role=EntryRole.ASSISTANT,
+                text=words,
+                turn=current,
+                data={"stopped": True},
+            )
+        events.publish_chat(conversation, turn=current.number)
+    return True
 
 
 def _gather_notes(turn: Turn, at_start: bool) -> list[str]:
@@ -230,6 +281,7 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
     if refused:
         turn_end(turn=turn, state=TurnState.FAILED, reason=refused)
         return Advance(False, "fail")
+    streamer = _TextStreamer(turn, worker)
     with _halt_for(turn.pk, worker) as halt:
         try:
             engine = engine_for(conversation.agent)
@@ -242,13 +294,18 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
                     notes=tuple(notes),
                     tools=tuple(tools_offered(conversation)),
                     state=engine_state,
-                    on_text=_text_streamer(turn, worker),
+                    on_text=streamer,
                     halt=halt,
                 )
             )
         except EngineError as exc:
+            if streamer.latest and _stopped_words_keep(turn, streamer.latest):
+                return Advance(False)
             turn_end(turn=turn, state=TurnState.FAILED, reason=str(exc))
             return Advance(False, "fail")
+        if streamer.latest and not _still_mine(turn.pk, worker):
+            _stopped_words_keep(turn, streamer.latest)
+            return Advance(False)
         if decision.delay and honour_delays:
             halt.wait(decision.delay)  # a Stop ends the pause
     new_state = {**decision.state, "started": True}

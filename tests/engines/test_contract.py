@@ -186,4 +186,40 @@ def test_stopping_a_reply_stops_the_model_mid_answer(model_agent, fake):
     assert turn.state == TurnState.STOPPED
     assert chat.status == Status.STOPPED
     assert len(seen) == 1  # nothing more was shown once it stopped
-    assert not chat.entries.filter(role=EntryRole.ASSISTANT).exists()
+    # The words it had written are kept, marked stopped, where the reply stood: before
+    # the chat's note that it was stopped.
+    kept = list(chat.entries.order_by("seq").values_list("role", "text", "data"))
+    assert kept[-2:] == [
+        (EntryRole.ASSISTANT, seen[0], {"stopped": True}),
+        (EntryRole.CONCH, "Stopped: You stopped it.", {"stopped_by": "person"}),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_words_a_stop_kept_are_the_reply_so_far_at_the_next_message(model_agent, fake):
+    fake.play(Text("one two three four five six", pieces=6))
+    fake.play(Text("Picking up: seven."))
+    chat = ChatFactory(agent=model_agent, title="Count")
+    message_send(conversation=chat, text="count")
+    seen: list[str] = []
+
+    def stop_on_first_words(event):
+        if event.type == events.REPLY_TEXT:
+            seen.append(event.data["text"])
+            if len(seen) == 1:
+                conversation_stop(conversation=chat)
+
+    unsubscribe = events.subscribe(stop_on_first_words)
+    try:
+        drain()
+    finally:
+        unsubscribe()
+    message_send(conversation=chat, text="go on")
+    drain()
+
+    again = fake.completions[-1].messages
+    assert again[-2] == {"role": "assistant", "content": seen[0]}
+    assert again[-1]["role"] == "user"
+    assert "Stopped: You stopped it." in again[-1]["content"]
+    assert again[-1]["content"].endswith("go on")
+    assert chat.entries.filter(data__stopped=True).count() == 1  # kept once

@@ -113,24 +113,21 @@ def test_a_reply_cut_at_the_length_limit_is_not_a_completed_reply(model_agent):
     assert said(chat) == ['{"']  # kept, and said to be unfinished
 
 
-def test_inline_thinking_is_neither_shown_nor_sent_back(model_agent):
+def test_inline_thinking_is_neither_shown_nor_sent_back(model_agent, monkeypatch):
     shown: list[str] = []
     with Replay(DONE, DONE) as replay:
         chat = chat_on(model_agent, replay)
         from chats.runtime import stepping
 
-        real = stepping._text_streamer
+        real = stepping._TextStreamer.__call__
 
-        def spy(turn, worker):
-            push = real(turn, worker)
-            return lambda text: shown.append(text) or push(text)
+        def spy(streamer, text: str) -> bool:  # what the page is shown live
+            shown.append(text)
+            return real(streamer, text)
 
-        stepping._text_streamer = spy
-        try:
-            run(chat)
-            run(chat, text="And again")
-        finally:
-            stepping._text_streamer = real
+        monkeypatch.setattr(stepping._TextStreamer, "__call__", spy)
+        run(chat)
+        run(chat, text="And again")
     assert said(chat) == ["Hello there!", "Hello there!"]
     assert shown and not any("think" in text or "greeting" in text for text in shown)
     assert "greeting" not in json.dumps(replay.completions[1])
