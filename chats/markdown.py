@@ -83,6 +83,8 @@ def _linkify_strict(md: MarkdownIt) -> None:
     ``www.``. linkify-it's fuzzy links read every file name as a domain (``greet.py``,
     ``README.md`` went to strangers' websites); a bare e-mail address stays text too."""
     linkify = md.linkify
+    if linkify is None:  # markdown-it-py[linkify] brings it: a broken install, said plainly
+        raise RuntimeError("linkify-it-py is missing: install markdown-it-py[linkify].")
     linkify.set({"fuzzy_link": False, "fuzzy_email": False})
     rest = re.compile(r"^" + linkify.re["src_host_port_strict"] + linkify.re["src_path"], re.I)
 
