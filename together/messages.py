@@ -55,20 +55,21 @@ ERR_TO_ITSELF = "A chat can't message itself."
 ERR_EMPTY = "A message needs some words."
 ERR_TOO_LONG = "A message is at most {chars:,} characters."
 ERR_CHAIN_MESSAGES = (
-    "Not sent: this chain of replies has already sent {n} messages between chats "
-    "(MESSAGE_LIMITS.messages_per_chain). The person's next message starts a new chain."
+    "Not sent: this chain of replies has already sent {n} messages between chats, "
+    "the most one chain may. The person's next message starts a new chain."
 )
 ERR_CHAIN_REPLIES = (
-    "Not sent: this chain of replies has already started {n} replies in other chats "
-    "(MESSAGE_LIMITS.replies_started_per_chain). Send it without start_reply, or let the person decide."
+    "Not sent: this chain of replies has already started {n} replies in other chats, "
+    "the most one chain may. Send it without start_reply, or let the person decide."
 )
-ERR_PAIR = "Not sent: this chat has already sent {n} messages to that chat in this chain (MESSAGE_LIMITS.messages_per_pair)."
-ERR_WAITING = (
-    "Not sent: {n} messages are already waiting for that chat (MESSAGE_LIMITS.waiting_per_chat)."
+ERR_PAIR = (
+    "Not sent: this chat has already sent {n} messages to that chat in this chain, "
+    "the most one chat may send another in a chain."
 )
+ERR_WAITING = "Not sent: {n} messages are already waiting for that chat, the most that may wait."
 ERR_SAME_WORDS = (
-    "Not sent: the same words went to that chat less than {window} ago "
-    "(MESSAGE_LIMITS.same_words_window)."
+    "Not sent: the same words went to that chat less than {window} ago; "
+    "the same words go to one chat once in {window}."
 )
 ERR_NOT_HELD = "That message isn't waiting for you any more."
 ERR_NOT_DELIVERED = "Not passed on: {why} It is marked not delivered."
@@ -285,13 +286,12 @@ ANSWER_AT_NEXT_REPLY_BUSY = (
 
 
 ANSWER_SPENT = (
-    "this chain of replies has started its {n} replies in other chats "
-    "(MESSAGE_LIMITS.replies_started_per_chain), so it starts none: it reads it when its next reply starts"
+    "this chain of replies has started its {n} replies in other chats, the most one chain "
+    "may, so it starts none: it reads it when its next reply starts"
 )
 ANSWER_SPENT_BUSY = (
     "it's working on a reply, and reads it at that reply's next step; this chain of replies has "
-    "started its {n} replies in other chats (MESSAGE_LIMITS.replies_started_per_chain), so none "
-    "starts with it"
+    "started its {n} replies in other chats, the most one chain may, so none starts with it"
 )
 
 

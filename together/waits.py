@@ -59,7 +59,7 @@ ERR_WAIT_CYCLE = (
     "finish your part instead."
 )
 ERR_SELF = "A chat can't wait for itself."
-ERR_TOO_MANY = "This chat is already waiting for {n} things (MESSAGE_LIMITS.waiting_per_chat)."
+ERR_TOO_MANY = "This chat is already waiting for {n} things, the most a chat may wait for."
 
 # Conch's words for how a chat's reply or a task ended, for inside its frame.
 ENDED_WORDS = {

@@ -84,7 +84,7 @@ def test_the_same_words_refusal_says_the_window_it_enforces(live, monkeypatch):
         .values_list("error", flat=True)
     )
     assert errors[0] == ""
-    assert "less than 2 hours ago (MESSAGE_LIMITS.same_words_window)" in errors[1]
+    assert "less than 2 hours ago; the same words go to one chat once in 2 hours" in errors[1]
 
 
 def test_waiting_for_too_many_things_says_how_many_it_may(owner, agent, monkeypatch):

@@ -60,7 +60,7 @@ def test_thirty_concurrent_messages_in_one_chain_deliver_exactly_eight(scaleout)
     refused = [r for r in results if r[0] == "refused"]
     assert len(sent) == 8 and {state for _, state in sent} == {"waiting"}
     assert len(refused) == 22
-    assert all("MESSAGE_LIMITS.messages_per_chain" in why for _, why in refused)
+    assert all("messages between chats, the most one chain may" in why for _, why in refused)
     with scaleout.connect() as conn:
         (messages,) = conn.execute(
             "SELECT messages FROM together_chain WHERE id = %s", [report["chain"]]
@@ -97,7 +97,10 @@ def test_thirty_concurrent_start_replies_start_four_and_each_sender_is_told_what
     assert all(results), results
     sent = {chat: answer for kind, *rest in results if kind == "sent" for chat, answer in [rest]}
     refused = [rest[0] for kind, *rest in results if kind == "refused"]
-    limits = ("MESSAGE_LIMITS.messages_per_chain", "MESSAGE_LIMITS.replies_started_per_chain")
+    limits = (
+        "messages between chats, the most one chain may",
+        "replies in other chats, the most one chain may",
+    )
     assert all(any(limit in why for limit in limits) for why in refused), refused
     assert len(sent) + len(refused) == 30 and 4 <= len(sent) <= MESSAGE_LIMITS.messages_per_chain
     # Four replies start, and the chain counted exactly those.

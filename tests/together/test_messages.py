@@ -435,7 +435,7 @@ def test_eight_messages_in_a_chain_and_the_ninth_is_refused_with_the_limit_named
     drain()
     results = steps(a, "message_chat")
     assert sum(1 for result, error in results if result.startswith("Waiting")) == 8
-    assert "MESSAGE_LIMITS.messages_per_chain" in results[8][1]
+    assert "messages between chats, the most one chain may" in results[8][1]
     assert Chain.objects.get().messages == 8
 
 
@@ -445,7 +445,9 @@ def test_three_messages_from_one_chat_to_another_in_a_chain(live):
     live.start(a)
     drain()
     errors = [e for _, e in steps(a, "message_chat")]
-    assert errors[:3] == ["", "", ""] and "MESSAGE_LIMITS.messages_per_pair" in errors[3]
+    assert (
+        errors[:3] == ["", "", ""] and "the most one chat may send another in a chain" in errors[3]
+    )
 
 
 def test_four_replies_started_in_a_chain(live):
@@ -454,7 +456,7 @@ def test_four_replies_started_in_a_chain(live):
     live.start(a)
     drain()
     errors = [e for _, e in steps(a, "message_chat")]
-    assert errors[:4] == [""] * 4 and "MESSAGE_LIMITS.replies_started_per_chain" in errors[4]
+    assert errors[:4] == [""] * 4 and "replies in other chats, the most one chain may" in errors[4]
 
 
 def test_five_messages_waiting_for_one_chat_at_once(live):
@@ -464,7 +466,7 @@ def test_five_messages_waiting_for_one_chat_at_once(live):
         live.start(s)
     drain()
     assert ChatMessage.objects.filter(state=MessageState.WAITING).count() == 5
-    assert "MESSAGE_LIMITS.waiting_per_chat" in steps(senders[5], "message_chat")[0][1]
+    assert "the most that may wait" in steps(senders[5], "message_chat")[0][1]
 
 
 def test_the_same_words_to_the_same_chat_once_in_ten_minutes(live):
@@ -474,7 +476,7 @@ def test_the_same_words_to_the_same_chat_once_in_ten_minutes(live):
     drain()
     live.start(a, text="again")  # a new chain: only the repeat rule applies
     drain()
-    assert "MESSAGE_LIMITS.same_words_window" in steps(a, "message_chat")[1][1]
+    assert "the same words go to one chat once in" in steps(a, "message_chat")[1][1]
 
 
 def test_a_message_of_yours_starts_a_new_chain(live):
@@ -526,3 +528,22 @@ def test_deleting_many_chats_at_once_tells_each_writer_in_a_flat_number_of_queri
     notes = entries(a, EntryKind.NOTE)
     assert sum("which this chat wrote to, was deleted" in n for n in notes) == 2
     assert set(ChatMessage.objects.values_list("state", flat=True)) == {MessageState.NOT_DELIVERED}
+
+
+def test_no_refusal_a_person_may_read_names_conchs_internals():
+    """What a chat is told, and the person sees in its step, is in words: never
+    ``(MESSAGE_LIMITS.same_words_window)`` (issue 33, item 7)."""
+    import re
+
+    from together import messages, waits
+
+    said = {
+        f"{module.__name__}.{name}": value
+        for module in (messages, waits)
+        for name, value in vars(module).items()
+        if isinstance(value, str) and (name.startswith(("ERR_", "ANSWER_")))
+    }
+    assert said  # the words are found where they are written
+    internal = re.compile(r"[A-Z][A-Z_]{2,}\.[a-z_]+")  # LIMITS.name, MESSAGE_LIMITS.name
+    leaks = {name: internal.findall(words) for name, words in said.items()}
+    assert {name: found for name, found in leaks.items() if found} == {}

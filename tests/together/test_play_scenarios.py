@@ -106,7 +106,7 @@ def test_a_loop_with_start_reply_starts_exactly_four_replies_and_the_fifth_is_re
     assert (refused["tool"], refused["args"]["start_reply"]) == ("message_chat", True)
     assert refused["result"] == ""
     assert refused["error"] == ERR_CHAIN_REPLIES.format(n=4)
-    assert "MESSAGE_LIMITS.replies_started_per_chain" in refused["error"]
+    assert "replies in other chats, the most one chain may" in refused["error"]
     assert not any(m["text"] == refused["args"]["text"] for m in c["messages"])
     assert all(r["state"] == "completed" for chat in (a, b, c) for r in chat["replies"])
 
@@ -134,7 +134,7 @@ def test_copying_the_third_chat_in_stops_the_chain_at_eight_messages(reports):
     refused = y["replies"][1]["steps"]
     assert [s["tool"] for s in refused] == ["message_chat", "message_chat"]
     assert [s["error"] for s in refused] == [ERR_CHAIN_MESSAGES.format(n=8)] * 2
-    assert "MESSAGE_LIMITS.messages_per_chain" in refused[0]["error"]
+    assert "messages between chats, the most one chain may" in refused[0]["error"]
     sent = [m for name in ("x", "y", "z") for m in chats[name]["messages"] if m["side"] == "to"]
     assert len(sent) == MESSAGE_LIMITS.messages_per_chain == 8
     assert all(m["chain"] == "chain_2" for m in sent)
