@@ -91,6 +91,28 @@ def test_file_names_in_a_reply_are_words_and_only_real_addresses_are_links(
     expect(reply.get_by_role("link")).to_have_attribute("href", "https://example.com/docs")
 
 
+def test_each_code_block_has_its_language_and_a_copy_button_that_copies_the_code(
+    tab, sign_in, conch_server, owner, agent, workspace, browser_context
+):
+    browser_context.grant_permissions(["clipboard-read", "clipboard-write"])
+    said = "Two ways:\n\n```python\ndef login(user):\n    return True\n```\n\n```\nplain text\n```"
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, reply=[{"say": said}])
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    send(page, "Show me")
+
+    reply = page.locator("#transcript .msg.from-assistant .text")
+    bars = reply.locator(".code-bar")
+    expect(bars).to_have_count(2)
+    expect(bars.locator(".code-lang")).to_have_text(["python", "text"])
+    page.get_by_role("button", name="Copy the python code").click()
+    expect(page.get_by_role("button", name="Copy the python code")).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == "def login(user):\n    return True\n"
+    page.reload()  # a page drawn from the start gets its bars too, once each
+    expect(page.locator("#transcript .code-bar")).to_have_count(2)
+
+
 # Records, every frame, whether the page shows the reply's words (a Markdown mark
 # the next piece completes, a fence's backticks say, may go; the words never do).
 WATCH = """

@@ -1,0 +1,55 @@
+/*
+ * Code blocks in a reply (issue 33, item 5): each gets a bar with its language
+ * (the data-lang the server wrote) and a Copy button that copies the code as text.
+ *
+ * - The bar is added here, not by the server: a reply's HTML is cleaned to a short
+ *   list of tags (chats/markdown.py), and a <button> is never one of them.
+ * - Blocks swapped in later (a push, a live reply) get their bar too (htmx:load).
+ * - Copy says "Copied" for a moment, or "Copy failed" where the browser refuses.
+ *
+ * No inline script, no eval: the page's Content-Security-Policy forbids both.
+ */
+(function () {
+  'use strict';
+
+  function barFor(pre) {
+    if (pre.previousElementSibling && pre.previousElementSibling.classList.contains('code-bar')) { return; }
+    var code = pre.querySelector('code');
+    var bar = document.createElement('div');
+    bar.className = 'code-bar';
+    var lang = document.createElement('span');
+    lang.className = 'code-lang';
+    lang.textContent = (code && code.getAttribute('data-lang')) || 'text';
+    var copy = document.createElement('button');
+    copy.type = 'button';
+    copy.className = 'code-copy small';
+    copy.textContent = 'Copy';
+    copy.setAttribute('aria-label', 'Copy the ' + lang.textContent + ' code');
+    bar.appendChild(lang);
+    bar.appendChild(copy);
+    pre.parentNode.insertBefore(bar, pre);
+  }
+
+  function barsIn(root) {
+    if (!root || !root.querySelectorAll) { return; }
+    if (root.matches && root.matches('.md pre.code')) { barFor(root); }
+    root.querySelectorAll('.md pre.code').forEach(barFor);
+  }
+
+  document.body.addEventListener('htmx:load', function (evt) { barsIn(evt.target); });
+  document.body.addEventListener('htmx:oobAfterSwap', function (evt) { barsIn(evt.detail.target); });
+  barsIn(document.body);
+
+  document.body.addEventListener('click', function (evt) {
+    var button = evt.target && evt.target.closest ? evt.target.closest('button.code-copy') : null;
+    if (!button) { return; }
+    var pre = button.parentNode.nextElementSibling;
+    var text = pre ? pre.textContent : '';
+    function said(words) {
+      button.textContent = words;
+      window.setTimeout(function () { button.textContent = 'Copy'; }, 1500);
+    }
+    if (!navigator.clipboard) { said('Copy failed'); return; }
+    navigator.clipboard.writeText(text).then(function () { said('Copied'); }, function () { said('Copy failed'); });
+  });
+})();
