@@ -10,6 +10,8 @@
  * - A region pushed again over the socket keeps the focus on the control
  *   that had it (found again by its id), so a push never drops it to the page.
  * - Escape closes the open menu it is in, or any open menu, and focuses its summary.
+ * - Shortcuts: Ctrl+K or / searches, Shift+Esc goes to the message box, Ctrl+Shift+O
+ *   starts a new chat, ? lists them (the dialog #shortcuts in base.html).
  * - The tab's title follows the chat's title (Rename here, or in another tab).
  *
  * No inline script, no eval: the page's Content-Security-Policy forbids both.
@@ -102,6 +104,71 @@
     var summary = open[0].querySelector('summary');
     if (summary) { summary.focus(); }
   });
+
+  // ---------------------------------------------------------------- shortcuts
+
+  // Ctrl+K or / : search. Shift+Esc : the message box. Ctrl+Shift+O : a new chat.
+  // ? : the list of shortcuts. / and ? are text in a field, so they count only outside one.
+  function typing(target) {
+    if (!target || !target.closest) { return false; }
+    return !!target.closest('input, textarea, select, [contenteditable="true"]');
+  }
+
+  function focusField(element) {
+    if (!element) { return false; }
+    element.focus();
+    if (element.select && element.type === 'search') { element.select(); }
+    return true;
+  }
+
+  function newChatField() {
+    var form = document.getElementById('new-chat');
+    return form ? form.querySelector('input:not([type=hidden]), select, textarea') : null;
+  }
+
+  body.addEventListener('keydown', function (evt) {
+    if (evt.defaultPrevented || evt.altKey) { return; }
+    var ctrl = evt.ctrlKey || evt.metaKey;
+    var key = evt.key;
+    if ((ctrl && !evt.shiftKey && (key === 'k' || key === 'K')) || (key === '/' && !ctrl && !typing(evt.target))) {
+      if (focusField(document.getElementById('search-q'))) { evt.preventDefault(); }
+      return;
+    }
+    if (key === 'Escape' && evt.shiftKey && !ctrl) {
+      if (focusField(document.getElementById('composer-text'))) { evt.preventDefault(); }
+      return;
+    }
+    if (ctrl && evt.shiftKey && (key === 'o' || key === 'O')) {
+      evt.preventDefault();
+      if (!focusField(newChatField())) { window.location.assign('/#new-chat-heading'); }
+      return;
+    }
+    if (key === '?' && !ctrl && !typing(evt.target)) {
+      var help = document.getElementById('shortcuts');
+      if (help && help.showModal && !help.open) { evt.preventDefault(); help.showModal(); }
+    }
+  });
+
+  // Arriving at the new-chat form (the "New chat" link, Ctrl+Shift+O): its first field.
+  body.addEventListener('click', function (evt) {
+    var close = evt.target && evt.target.closest ? evt.target.closest('[data-closes-dialog]') : null;
+    var dialog = close ? close.closest('dialog') : null;
+    if (dialog) { dialog.close(); }
+  });
+
+  // A chat page opens with the cursor in the message box. Not an autofocus attribute:
+  // htmx would honour it again at every push that redraws the composer.
+  var composer = document.getElementById('composer-text');
+  if (composer && (!document.activeElement || document.activeElement === body)) {
+    composer.focus({ preventScroll: true });
+  }
+
+  // After the browser has gone to the fragment, which would take the focus back.
+  if (window.location.hash === '#new-chat-heading') {
+    window.addEventListener('load', function () {
+      window.setTimeout(function () { focusField(newChatField()); }, 0);
+    });
+  }
 
   // ---------------------------------------------------------------- the tab's title
 

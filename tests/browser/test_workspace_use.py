@@ -338,3 +338,37 @@ def test_a_push_that_replaces_the_focused_stop_gives_focus_back_in_the_same_task
     )
     page.wait_for_function("() => window.focusAfterPush !== undefined")
     assert page.evaluate("() => window.focusAfterPush") == "stop-button"
+
+
+def test_keyboard_shortcuts_search_new_chat_message_box_and_the_list(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Keys")
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    message = page.get_by_label("Message")
+    expect(message).to_be_focused()  # a chat page opens with the cursor in the message box
+
+    page.locator("#chat-heading").click()
+    page.keyboard.press("/")
+    expect(page.locator("#search-q")).to_be_focused()
+    page.keyboard.press("Shift+Escape")
+    expect(message).to_be_focused()
+    page.keyboard.type("a/b")  # in a field, / is text
+    expect(message).to_have_value("a/b")
+    page.keyboard.press("Control+k")
+    expect(page.locator("#search-q")).to_be_focused()
+
+    page.locator("#chat-heading").click()
+    page.keyboard.press("?")
+    shortcuts = page.get_by_role("dialog", name="Keyboard shortcuts")
+    expect(shortcuts).to_be_visible()
+    expect(shortcuts).to_contain_text("Go to the message box")
+    page.keyboard.press("Escape")
+    expect(shortcuts).to_be_hidden()
+
+    page.keyboard.press("Control+Shift+O")
+    expect(page).to_have_url(re.compile(r"/#new-chat-heading$"))
+    first_field = page.locator("#new-chat").locator("input:not([type=hidden]), select, textarea")
+    expect(first_field.first).to_be_focused()

@@ -323,6 +323,7 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
         "/static/tab-title.js",
         "/static/conch-keys.js",
         "/static/conch-steps.js",
+        "/static/conch-code.js",
     ]
     assert "//" not in " ".join(s for s in sources if s)
     root = Path(__file__).resolve().parents[2]
