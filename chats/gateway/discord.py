@@ -74,7 +74,12 @@ from chats.gateway.inbound import (
 )
 from chats.gateway.models import ChannelAccount, ChatType, GroupActivation, OutboxMessage
 from chats.gateway.outbox import DeliveryError, outbox_part_sent, reply_target
-from chats.gateway.services import SessionTaken, inbound_not_taken, inbound_receive
+from chats.gateway.services import (
+    SessionTaken,
+    ignored_keep,
+    inbound_not_taken,
+    inbound_receive,
+)
 from chats.gateway.telegram import split_message, utf16_units
 from chats.gateway.webhooks import account_for, body_read
 from chats.limits import LIMITS
@@ -376,14 +381,7 @@ def discord_deliver(account: ChannelAccount, asked: Take | Ignore) -> str:
     :class:`Take` is routed (``inbound_receive``); an :class:`Ignore` for us, and a
     refusal, are kept in the admin. Returns the outcome's word."""
     if isinstance(asked, Ignore):
-        if asked.message_id:
-            inbound_not_taken(
-                channel=CHANNEL,
-                account_id=account.account_id,
-                message_id=asked.message_id,
-                outcome="ignored",
-                reason=asked.reason,
-            )
+        ignored_keep(channel=CHANNEL, account_id=account.account_id, ignore=asked)
         return "ignored"
     try:
         result = inbound_receive(

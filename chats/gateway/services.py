@@ -25,7 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from chats.gateway.floods import inbound_limit
-from chats.gateway.inbound import Inbound
+from chats.gateway.inbound import Ignore, Inbound
 from chats.gateway.lifecycle import Policies, due_before, local_zone, manual_reset, reset_reason
 from chats.gateway.models import (
     ChannelAccount,
@@ -452,6 +452,19 @@ def _session_found(owner, inbound: Inbound, route: Route) -> Conversation | None
     return session_for_inbound(
         agent_id=route.agent.id, session_key=route.session_key, owner=owner, inbound=inbound
     )
+
+
+def ignored_keep(*, channel: str, account_id: str, ignore: Ignore) -> None:
+    """Keep a chat app's payload we don't take in the admin, as ignored, with why, when it
+    was a message (one with nothing to keep, a poll or a status, is only answered)."""
+    if ignore.message_id:
+        inbound_not_taken(
+            channel=channel,
+            account_id=account_id,
+            message_id=ignore.message_id,
+            outcome="ignored",
+            reason=ignore.reason,
+        )
 
 
 def inbound_not_taken(

@@ -67,7 +67,12 @@ from chats.gateway.models import (
     OutboxMessage,
 )
 from chats.gateway.outbox import DeliveryError, outbox_part_sent, reply_target, split_text
-from chats.gateway.services import SessionTaken, inbound_not_taken, inbound_receive
+from chats.gateway.services import (
+    SessionTaken,
+    ignored_keep,
+    inbound_not_taken,
+    inbound_receive,
+)
 from chats.gateway.webhooks import account_for, body_read
 from chats.limits import LIMITS
 from chats.runtime.chats import ConchError
@@ -404,14 +409,7 @@ def slack_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
     if isinstance(asked, Challenge):
         return JsonResponse({"challenge": asked.challenge})
     if isinstance(asked, Ignore):
-        if asked.message_id:
-            inbound_not_taken(
-                channel=CHANNEL,
-                account_id=found.account_id,
-                message_id=asked.message_id,
-                outcome="ignored",
-                reason=asked.reason,
-            )
+        ignored_keep(channel=CHANNEL, account_id=found.account_id, ignore=asked)
         return JsonResponse({"outcome": "ignored", "reason": asked.reason})
     try:
         result = inbound_receive(owner=found.owner, inbound=asked.inbound, reply_to=asked.reply_to)

@@ -53,6 +53,7 @@ from chats.gateway.services import (
     channel_account_check,
     gateway_token_owner,
     group_retitle,
+    ignored_keep,
     inbound_not_taken,
     inbound_receive,
 )
@@ -171,14 +172,7 @@ def telegram_webhook(request: HtmxHttpRequest, account: str) -> JsonResponse:
         )
         return JsonResponse({"outcome": "retitled", "chats": renamed}, status=200)
     if isinstance(asked, Ignore):
-        if asked.message_id:
-            inbound_not_taken(
-                channel=TELEGRAM,
-                account_id=account,
-                message_id=asked.message_id,
-                outcome="ignored",
-                reason=asked.reason,
-            )
+        ignored_keep(channel=TELEGRAM, account_id=account, ignore=asked)
         return JsonResponse({"outcome": "ignored", "reason": asked.reason}, status=200)
     try:
         result = inbound_receive(owner=found.owner, inbound=asked.inbound, reply_to=asked.reply_to)

@@ -92,6 +92,7 @@ from chats.gateway.outbox import (
 from chats.gateway.services import (
     SessionTaken,
     channel_account_check,
+    ignored_keep,
     inbound_not_taken,
     inbound_receive,
 )
@@ -672,14 +673,7 @@ def _answer(account: ChannelAccount, asked: Ask) -> dict[str, Any]:
     if isinstance(asked, Refuse):
         return refused(asked.message, asked.field, asked.message_id)
     if isinstance(asked, Ignore):
-        if asked.message_id:
-            inbound_not_taken(
-                channel=CHANNEL,
-                account_id=account.account_id,
-                message_id=asked.message_id,
-                outcome="ignored",
-                reason=asked.reason,
-            )
+        ignored_keep(channel=CHANNEL, account_id=account.account_id, ignore=asked)
         return {"outcome": "ignored", "reason": asked.reason}
     if isinstance(asked, CantRead):
         return _cant_read_told(account, asked)
