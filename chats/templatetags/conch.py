@@ -62,6 +62,20 @@ def tildify(path: str) -> str:
 
 
 @register.filter
+def folder_tail(path: str, parts: int = 2) -> str:
+    """A folder as a chat list shows it: its last parts, the ones that tell chats apart
+    (``/home/ann/work/projects/conch`` → ``…/projects/conch``); a short one whole
+    (``~/app``). The whole path is the element's title."""
+    shown = tildify(path)
+    if not shown:
+        return ""
+    pieces = [piece for piece in shown.split("/") if piece]
+    if len(pieces) <= parts + 1:
+        return shown
+    return "…/" + "/".join(pieces[-parts:])
+
+
+@register.filter
 def relpath(path: str, folder: str) -> str:
     """A changed file, relative to the chat's folder; outside it, with ``~`` for home."""
     if not path:

@@ -372,3 +372,19 @@ def test_keyboard_shortcuts_search_new_chat_message_box_and_the_list(
     expect(page).to_have_url(re.compile(r"/#new-chat-heading$"))
     first_field = page.locator("#new-chat").locator("input:not([type=hidden]), select, textarea")
     expect(first_field.first).to_be_focused()
+
+
+@pytest.mark.parametrize("width", [390, 1280], ids=["phone", "desktop"])
+def test_a_deep_folder_reads_by_its_last_parts_in_the_chat_list(
+    tab, sign_in, conch_server, owner, agent, tmp_path, width
+):
+    folder = tmp_path / "work" / "clients" / "projects" / "conch"
+    folder.mkdir(parents=True)
+    chat = ChatFactory(owner=owner, agent=agent, folder=folder, title="Deep")
+    page = tab.page
+    page.set_viewport_size({"width": width, "height": 800})
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    shown = page.locator(f'a[href="/c/{chat.public_id}/"] .folder').first
+    expect(shown).to_have_text("…/projects/conch")
+    expect(shown).to_have_attribute("title", str(folder))

@@ -14,7 +14,7 @@ from chats.models import Mode, Origin, Status, Turn, TurnState
 from chats.runtime.chats import conversation_archive
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
-from chats.templatetags.conch import duration, relpath, tildify
+from chats.templatetags.conch import duration, folder_tail, relpath, tildify
 from tests.factories import ChatFactory
 
 pytestmark = pytest.mark.django_db
@@ -107,6 +107,21 @@ def test_a_folder_in_the_home_directory_reads_with_a_tilde(signed_in, owner, age
     assert '<span class="folder" title="' + str(folder) + '">~/src/app</span>' in row
     assert tildify(str(Path.home())) == "~"
     assert tildify("/srv/site") == "/srv/site"
+
+
+def test_a_deep_folder_shows_its_last_parts_in_the_list_and_whole_in_its_title(
+    signed_in, owner, agent
+):
+    folder = Path.home() / "work" / "clients" / "projects" / "conch"
+    chat = ChatFactory(owner=owner, title="Deep", folder=str(folder))
+
+    row = row_html(signed_in.get("/").content.decode(), chat.public_id)
+
+    # Cut at the start, not the end: the last parts are the ones that tell chats apart.
+    assert '<span class="folder" title="' + str(folder) + '">…/projects/conch</span>' in row
+    assert folder_tail("/srv/site") == "/srv/site"
+    assert folder_tail("/srv/a/b/c") == "…/b/c"
+    assert folder_tail("") == ""
 
 
 def test_a_row_says_where_the_chat_came_from(signed_in, owner, agent):
