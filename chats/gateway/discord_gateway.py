@@ -160,7 +160,9 @@ def _db_close() -> None:
 class DiscordGateway(discord.Client):
     """One Discord account's Gateway connection; its messages go to the inbound path."""
 
-    def __init__(self, account: ChannelAccount) -> None:
+    def __init__(
+        self, account: ChannelAccount, *, outcome_recorded: threading.Condition | None = None
+    ) -> None:
         super().__init__(
             intents=INTENTS,
             enable_debug_events=True,  # each dispatch's raw JSON: on_socket_raw_receive
@@ -177,6 +179,8 @@ class DiscordGateway(discord.Client):
         self.account = account
         self.known_channels = Channels()
         self.outcomes: list[tuple[str, str]] = []  # (message id, outcome), in order taken
+        # Notified as each outcome is recorded, for whoever waits on them (the run's tests).
+        self.outcome_recorded = outcome_recorded or threading.Condition()
         self._frames: asyncio.Queue[str | None] = asyncio.Queue()
         self._reader: asyncio.Task[None] | None = None
         self._db_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-discord-db")
@@ -299,10 +303,15 @@ class DiscordGateway(discord.Client):
                     asked = discord_inbound(data, account=self.account, where=looked_up)
         except InboundError as exc:
             await self.in_db(discord_refuse, self.account, receipt, exc)
-            self.outcomes.append((receipt, "refused"))
+            self._record(receipt, "refused")
             return
         outcome = await self.in_db(discord_deliver, self.account, asked)
-        self.outcomes.append((receipt, outcome))
+        self._record(receipt, outcome)
+
+    def _record(self, receipt: str, outcome: str) -> None:
+        with self.outcome_recorded:
+            self.outcomes.append((receipt, outcome))
+            self.outcome_recorded.notify_all()
 
 
 class GatewayRun:
@@ -316,6 +325,8 @@ class GatewayRun:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._stop_asked = threading.Event()
+        # Notified as the client records each message's outcome (DiscordGateway.outcomes).
+        self.outcome_recorded = threading.Condition()
 
     def run(self) -> None:
         """Run until stopped. Raises :class:`GatewayError` when Discord refuses the
@@ -357,7 +368,7 @@ class GatewayRun:
         if self._stop_asked.is_set():
             self._stop.set()
         Route.BASE = api_base()  # discord.py's REST base: Discord's, or a test's fake
-        client = self.client = DiscordGateway(self.account)
+        client = self.client = DiscordGateway(self.account, outcome_recorded=self.outcome_recorded)
         log.info("discord %s: connecting to %s", self.name, Route.BASE)
         try:
             async with client:

@@ -154,6 +154,8 @@ class FakeDiscord:
         self.identifies: list[dict] = []
         self.resumes: list[dict] = []
         self.heartbeats: list[Any] = []
+        # Notified at each heartbeat heard and each RESUME answered, for a test to wait on.
+        self.changed = threading.Condition()
         self.connections: list[Connection] = []
         self.closed_with: list[int] = []  # close codes the fake sent
         self.ready = threading.Event()
@@ -355,7 +357,9 @@ class FakeDiscord:
                 state.received.append(frame)
                 op, data = frame.get("op"), frame.get("d")
                 if op == 1:
-                    self.heartbeats.append(data)
+                    with self.changed:
+                        self.heartbeats.append(data)
+                        self.changed.notify_all()
                     await self._send(conn, state, {"op": 11, "d": None, "s": None, "t": None})
                 elif op == 2:
                     await self._identify(conn, state, data)
@@ -412,7 +416,9 @@ class FakeDiscord:
         self.events.append(resumed)
         self._live = (conn, state)
         await self._send(conn, state, resumed)
-        self.resumed.set()
+        with self.changed:
+            self.resumed.set()
+            self.changed.notify_all()
 
     def _run(self, coro: Any, timeout: float = 10.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

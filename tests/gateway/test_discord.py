@@ -109,12 +109,19 @@ def echo(agent):
     Agent.objects.filter(is_default=True).update(engine="echo")
 
 
-def wait_until(check: Callable[[], object], *, timeout: float = 15.0, what: str = "it") -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
+def wait_until(
+    check: Callable[[], object],
+    *,
+    changed: threading.Condition,
+    timeout: float = 15.0,
+    what: str = "it",
+) -> None:
+    """Wait, without polling, until ``check`` holds: it is asked again each time the
+    thread doing the work notifies ``changed`` (a run's recorded outcome, the fake's
+    heartbeat or RESUME)."""
+    with changed:
+        if not changed.wait_for(check, timeout=timeout):
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 @contextlib.contextmanager
@@ -199,8 +206,10 @@ def test_a_dm_and_a_server_message_come_over_the_gateway_into_their_sessions(
         }
         fake.dispatch("MESSAGE_CREATE", payload("message_create_dm"))
         fake.dispatch("MESSAGE_CREATE", payload("message_create_guild_mention"))
-        wait_until(lambda: len(outcomes(run)) == 2, what="both messages")
-        wait_until(lambda: len(fake.heartbeats) >= 2, what="heartbeats")
+        wait_until(
+            lambda: len(outcomes(run)) == 2, changed=run.outcome_recorded, what="both messages"
+        )
+        wait_until(lambda: len(fake.heartbeats) >= 2, changed=fake.changed, what="heartbeats")
     assert [o for _, o in outcomes(run)] == ["started", "started"]
     assert person_words(chat_for(f"agent:main:dm:discord:{ZEYLA}")) == ["a"]
     group = chat_for(f"agent:main:group:discord:{GENERAL}")
@@ -221,15 +230,27 @@ def test_a_dropped_connection_resumes_and_no_message_is_lost_or_taken_twice(
     with gateway(bot) as run:
         assert fake.ready.wait(15)
         seen = fake.dispatch("MESSAGE_CREATE", first)
-        wait_until(lambda: len(outcomes(run)) == 1, what="the first message")
+        wait_until(
+            lambda: len(outcomes(run)) == 1, changed=run.outcome_recorded, what="the first message"
+        )
         fake.drop()  # no close frame: a network gone
         fake.dispatch("MESSAGE_CREATE", missed)
         assert fake.resumed.wait(15), "the client never RESUMEd"
-        wait_until(lambda: len(outcomes(run)) == 2, what="the missed message, replayed")
+        wait_until(
+            lambda: len(outcomes(run)) == 2,
+            changed=run.outcome_recorded,
+            what="the missed message, replayed",
+        )
         fake.reconnect()  # op 7: Discord asks for a new connection, resumed
-        wait_until(lambda: len(fake.resumes) == 2 and fake.resumed.is_set(), what="a 2nd RESUME")
+        wait_until(
+            lambda: len(fake.resumes) == 2 and fake.resumed.is_set(),
+            changed=fake.changed,
+            what="a 2nd RESUME",
+        )
         fake.dispatch("MESSAGE_CREATE", after)
-        wait_until(lambda: len(outcomes(run)) == 3, what="the message after")
+        wait_until(
+            lambda: len(outcomes(run)) == 3, changed=run.outcome_recorded, what="the message after"
+        )
     assert len(fake.identifies) == 1  # resumed, never identified afresh
     assert fake.resumes[0] == {"token": BOT_TOKEN, "session_id": fake.session_id, "seq": seen}
     assert [c.path.split("?")[0] for c in fake.connections] == ["/", "/resume", "/resume"]
@@ -248,7 +269,11 @@ def test_a_thread_the_gateway_told_of_is_its_own_session_under_its_channel(
         assert fake.ready.wait(15)
         fake.dispatch("THREAD_CREATE", payload("thread_create"))
         fake.dispatch("MESSAGE_CREATE", payload("message_create_thread"))
-        wait_until(lambda: len(outcomes(run)) == 1, what="the thread's message")
+        wait_until(
+            lambda: len(outcomes(run)) == 1,
+            changed=run.outcome_recorded,
+            what="the thread's message",
+        )
     chat = chat_for(f"agent:main:thread:discord:{GENERAL}:{THREAD}")
     origin = SessionOrigin.objects.get(conversation=chat)
     assert (origin.chat_type, origin.thread_id, origin.parent_peer, origin.group_id) == (
@@ -268,7 +293,11 @@ def test_a_thread_not_seen_yet_is_looked_up_once(transactional_db, bot, fake):
         fake.dispatch("MESSAGE_CREATE", payload("message_create_thread"))
         again = payload("message_create_thread") | {"id": "1251591020451659999"}
         fake.dispatch("MESSAGE_CREATE", again)
-        wait_until(lambda: len(outcomes(run)) == 2, what="the thread's messages")
+        wait_until(
+            lambda: len(outcomes(run)) == 2,
+            changed=run.outcome_recorded,
+            what="the thread's messages",
+        )
     assert chat_for(f"agent:main:thread:discord:{GENERAL}:{THREAD}")
     lookups = [c for c in fake.calls if c.method == "GET" and c.path.endswith(f"/{THREAD}")]
     assert len(lookups) == 1
@@ -284,7 +313,9 @@ def test_over_the_gateway_bots_are_never_answered_and_a_malformed_message_is_kep
         fake.dispatch("MESSAGE_CREATE", payload("message_create_own"))
         fake.dispatch("MESSAGE_CREATE", payload("message_create_other_bot"))
         fake.dispatch("MESSAGE_CREATE", malformed)
-        wait_until(lambda: len(outcomes(run)) == 3, what="the three messages")
+        wait_until(
+            lambda: len(outcomes(run)) == 3, changed=run.outcome_recorded, what="the three messages"
+        )
     assert [o for _, o in outcomes(run)] == ["ignored", "ignored", "refused"]
     assert not Conversation.objects.exists()
     kept = dict(InboundRecord.objects.values_list("message_id", "outcome"))
@@ -357,7 +388,9 @@ def test_conch_discord_takes_messages_until_sigterm_then_ends_cleanly(
         try:
             assert fake.ready.wait(15), "no IDENTIFY"
             fake.dispatch("MESSAGE_CREATE", payload("message_create_dm"))
-            wait_until(lambda: runs and outcomes(runs[0]), what="the DM taken")
+            wait_until(
+                lambda: outcomes(runs[0]), changed=runs[0].outcome_recorded, what="the DM taken"
+            )
         except BaseException as exc:  # noqa: BLE001 - handed to the test
             failed.append(exc)
         finally:
