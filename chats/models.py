@@ -422,6 +422,12 @@ class Turn(models.Model):
         null=True, blank=True, help_text="A request waiting for the person's Approve or Deny."
     )
     end_reason = models.TextField(blank=True)
+    replaced_by = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The reply that replaced this one (a retry, or the person's edited message). "
+        "The page keeps this one as an earlier version; the model no longer reads it.",
+    )
     claimed_by = models.CharField(max_length=128, blank=True, db_index=True)
     lease_until = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -21,6 +21,7 @@ from django.template.loader import render_to_string
 from chats import cards, events, hooks
 from chats.models import Conversation, Inbound, Mode, Status, Turn, TurnState
 from chats.runtime import selectors
+from chats.runtime.turns import again_refusal
 from chats.tools.registry import THINKING
 
 PAGE = "workspace.html"
@@ -98,9 +99,13 @@ def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
     """The transcript, with each card explained as it is now (chats/cards.py)."""
     blocks = selectors.chat_transcript(conversation=conversation)
     cards.cards_load(conversation=conversation, blocks=blocks)
+    last = next((block for block in reversed(blocks) if block.turn is not None), None)
+    again = last.turn if last and not again_refusal(last.turn, last.prompt) else None
     return {
         "chat": conversation,
         "blocks": blocks,
+        # The reply the person may retry, and whose message they may edit and resend.
+        "again_turn": again.number if again else None,
         "inbounds": Inbound.choices,
         "queued": selectors.chat_queued(conversation=conversation),
     }

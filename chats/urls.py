@@ -18,6 +18,8 @@ urlpatterns = [
         views.chat_queued_cancel,
         name="chat-queued-cancel",
     ),
+    path("c/<str:public_id>/retry/", views.chat_retry, name="chat-retry"),
+    path("c/<str:public_id>/edit/", views.chat_edit, name="chat-edit"),
     path("c/<str:public_id>/approve/", views.chat_approve, name="chat-approve"),
     path("c/<str:public_id>/deny/", views.chat_deny, name="chat-deny"),
     path("c/<str:public_id>/mode/", views.chat_mode, name="chat-mode"),

@@ -44,6 +44,7 @@ from chats.runtime.turns import (
     conversation_stop,
     message_send,
     queued_input_cancel,
+    reply_again,
     turn_approve,
     turn_deny,
 )
@@ -252,6 +253,34 @@ def chat_queued_cancel(request: HtmxHttpRequest, public_id: str, queued_id: int)
     except ConchError as exc:
         return respond_refused(request, chat, str(exc), status=409)
     return respond_done(request, chat)
+
+
+def _again(request: HtmxHttpRequest, public_id: str, *, text: str | None) -> HttpResponse:
+    chat = get_chat_for_user(request, public_id)
+    try:
+        turn_number = int(request.POST.get("turn", ""))
+    except ValueError:
+        return respond_refused(request, chat, ERR_STALE_REQUEST, status=409)
+    try:
+        reply_again(conversation=chat, turn_number=turn_number, text=text)
+    except ConchError as exc:
+        # An edit's refusal leaves the page as it is, so the edited words stay in their box.
+        return respond_refused(request, chat, str(exc), status=409 if text is None else 400)
+    return respond_done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_retry(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
+    """Write the last reply again; the one it replaces stays readable as an earlier version."""
+    return _again(request, public_id, text=None)
+
+
+@login_required
+@require_POST
+def chat_edit(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
+    """Send the person's last message again, edited, in place of it and its reply."""
+    return _again(request, public_id, text=request.POST.get("text", ""))
 
 
 def _pending_turn_for(chat: Conversation, request: HtmxHttpRequest):

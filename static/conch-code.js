@@ -6,6 +6,7 @@
  *   list of tags (chats/markdown.py), and a <button> is never one of them.
  * - Blocks swapped in later (a push, a live reply) get their bar too (htmx:load).
  * - Copy says "Copied" for a moment, or "Copy failed" where the browser refuses.
+ * - A reply's own Copy button (data-copy) copies the whole reply as Markdown.
  *
  * No inline script, no eval: the page's Content-Security-Policy forbids both.
  */
@@ -40,11 +41,18 @@
   document.body.addEventListener('htmx:oobAfterSwap', function (evt) { barsIn(evt.detail.target); });
   barsIn(document.body);
 
+  // A code block's Copy copies its code; a reply's Copy (data-copy, the server's copy
+  // of the reply as the model wrote it) copies the reply as Markdown.
   document.body.addEventListener('click', function (evt) {
-    var button = evt.target && evt.target.closest ? evt.target.closest('button.code-copy') : null;
+    var button = evt.target && evt.target.closest ? evt.target.closest('button.code-copy, button[data-copy]') : null;
     if (!button) { return; }
-    var pre = button.parentNode.nextElementSibling;
-    var text = pre ? pre.textContent : '';
+    var text;
+    if (button.hasAttribute('data-copy')) {
+      text = button.getAttribute('data-copy');
+    } else {
+      var pre = button.parentNode.nextElementSibling;
+      text = pre ? pre.textContent : '';
+    }
     function said(words) {
       button.textContent = words;
       window.setTimeout(function () { button.textContent = 'Copy'; }, 1500);

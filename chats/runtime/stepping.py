@@ -89,8 +89,17 @@ def _transcript_loader(conversation: Conversation):
         """The entries in order and, where each happened, every step with its result.
 
         A step goes before the first entry written after it started, as the page shows it.
+        A reply the person replaced (a retry, an edited message) is left out, with its
+        prompt and steps: the page keeps it as an earlier version, the model reads the new one.
         """
-        numbers = dict(conversation.turns.values_list("pk", "number"))
+        numbers: dict[int, int] = {}
+        replaced: set[int] = set()
+        for pk, number, replaced_by in conversation.turns.values_list(
+            "pk", "number", "replaced_by"
+        ):
+            numbers[pk] = number
+            if replaced_by is not None:
+                replaced.add(pk)
         steps = [
             (
                 s.started_at,
@@ -102,13 +111,13 @@ def _transcript_loader(conversation: Conversation):
                     turn=numbers.get(s.turn_id),
                 ),
             )
-            for s in Step.objects.filter(turn__conversation=conversation).order_by(
-                "started_at", "turn_id", "number"
-            )
+            for s in Step.objects.filter(turn__conversation=conversation)
+            .exclude(turn_id__in=replaced)
+            .order_by("started_at", "turn_id", "number")
         ]
         lines: list[Line] = []
         i = 0
-        for e in conversation.entries.order_by("seq"):
+        for e in conversation.entries.exclude(turn_id__in=replaced).order_by("seq"):
             while i < len(steps) and steps[i][0] <= e.created_at:
                 lines.append(steps[i][1])
                 i += 1

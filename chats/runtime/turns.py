@@ -19,6 +19,7 @@ from chats import events, hooks, processes
 from chats.limits import LIMITS
 from chats.models import (
     Conversation,
+    Entry,
     EntryKind,
     EntryRole,
     Lane,
@@ -33,7 +34,7 @@ from chats.models import (
     TurnState,
     new_chain_id,
 )
-from chats.quoting import not_as_conch
+from chats.quoting import conch_note, not_as_conch, plain_list
 from chats.runtime.chats import (
     ConchError,
     conversation_create,
@@ -66,6 +67,11 @@ ERR_NOTHING_TO_APPROVE = "That reply isn't waiting for your OK."
 ERR_EMPTY_MESSAGE = "A message needs some words."
 ERR_QUEUED_TAKEN = "Too late to cancel: the reply already took that message."
 ERR_QUEUED_GONE = "That message is no longer queued."
+ERR_AGAIN_WHILE_OPEN = "Wait for this reply to end, or stop it, before you retry or edit."
+ERR_AGAIN_NOT_YOURS = (
+    "Only a reply to your own last message can be retried, and only that message edited."
+)
+ERR_AGAIN_STALE = "That is no longer the last reply: the page has caught up, have a look."
 # What a command's step says when the command was ended before it finished.
 ERR_COMMAND_STOPPED = "The reply was stopped, so its command was ended."
 ERR_COMMAND_REPLY_ENDED = "The reply ended, so its command was ended."
@@ -148,6 +154,72 @@ def message_send_locked(
     # Words that waited may be someone else's: the page names a sender only when one wrote it all.
     data = {"said_by": said_by} if said_by and not earlier else None
     return _turn_start_locked(conversation, started_by=StartedBy.PERSON, text=text, data=data)
+
+
+def again_refusal(turn: Turn | None, prompt: Entry | None) -> str:
+    """Why the person may not retry ``turn`` or edit its prompt; "" when they may.
+
+    Only the chat's last reply, ended, that the person's own message started on this
+    page: words from a chat app's sender, another chat or a routine are not theirs to
+    rewrite, and a reply still open is stopped first.
+    """
+    if turn is None or turn.replaced_by is not None:
+        return ERR_AGAIN_STALE
+    if turn.ended_at is None:
+        return ERR_AGAIN_WHILE_OPEN
+    if (
+        turn.started_by != StartedBy.PERSON
+        or prompt is None
+        or prompt.role != EntryRole.PERSON
+        or prompt.data.get("said_by")
+    ):
+        return ERR_AGAIN_NOT_YOURS
+    return ""
+
+
+def reply_again(*, conversation: Conversation, turn_number: int, text: str | None = None) -> Turn:
+    """Retry the chat's last reply (``text`` None), or resend its prompt edited to ``text``.
+
+    The replaced reply stays on the page as an earlier version (``Turn.replaced_by``) and
+    leaves the model's transcript. What it did to files stays done, so the model is told.
+    ``turn_number`` is the reply the person's page showed as the last: a page behind the
+    chat (another tab sent a message meanwhile) is refused, never applied to another reply.
+    """
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        if conversation.turns.filter(ended_at__isnull=True).exists():
+            raise ConchError(ERR_AGAIN_WHILE_OPEN)
+        last = conversation.turns.order_by("-number").first()
+        if last is None or last.number != turn_number:
+            raise ConchError(ERR_AGAIN_STALE)
+        prompt = last.entries.filter(role=EntryRole.PERSON).order_by("seq").first()
+        refusal = again_refusal(last, prompt)
+        if refusal:
+            raise ConchError(refusal)
+        assert prompt is not None  # again_refusal said so
+        words = prompt.text if text is None else (text or "").strip()
+        if not words:
+            raise ConchError(ERR_EMPTY_MESSAGE)
+        if last.files_changed:
+            entry_append(
+                conversation=conversation,
+                role=EntryRole.CONCH,
+                kind=EntryKind.NOTE,
+                text=conch_note(
+                    "the person replaced your earlier reply to this message. That reply had "
+                    "changed {files}, and those changes are still there.",
+                    files=plain_list(last.files_changed),
+                ),
+            )
+        how = "retry" if text is None else "edit"
+        turn = _turn_start_locked(
+            conversation,
+            started_by=StartedBy.PERSON,
+            text=words,
+            data={"again": {"of": last.number, "how": how}},
+        )
+        Turn.objects.filter(pk=last.pk).update(replaced_by=turn.number)
+        return turn
 
 
 def turn_start(

@@ -55,6 +55,25 @@ def who_spoke(block) -> str:
 
 
 @register.filter
+def reply_markdown(block) -> str:
+    """A reply's words as the model wrote them (Markdown), for its Copy button."""
+    return "\n\n".join(
+        item.text
+        for item in block.items
+        if getattr(item, "role", None) == EntryRole.ASSISTANT
+        and getattr(item, "kind", None) == EntryKind.MESSAGE
+        and item.text
+    )
+
+
+@register.filter
+def again_how(prompt) -> str:
+    """ "edited" or "retried", for a prompt the person sent again (chats.runtime.turns.reply_again)."""
+    how = ((prompt.data or {}).get("again") or {}).get("how") if prompt else None
+    return {"edit": "edited", "retry": "retried"}.get(how or "", "")
+
+
+@register.filter
 def for_the_model(item) -> bool:
     """Whether a transcript line is Conch's framed note to the model (quoting.is_conch_note)."""
     return (

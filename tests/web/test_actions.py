@@ -7,7 +7,7 @@ import pytest
 from chats.forms import ERR_FOLDER_MISSING, ERR_FOLDER_NOT_DIR, ERR_FOLDER_RELATIVE
 from chats.models import Conversation, Mode, Status, TurnState
 from chats.runtime.runner import drain
-from chats.runtime.turns import ERR_EMPTY_MESSAGE, message_send
+from chats.runtime.turns import ERR_AGAIN_STALE, ERR_EMPTY_MESSAGE, message_send
 from chats.views import ERR_STALE_REQUEST
 from tests.factories import AgentFactory, ChatFactory
 
@@ -310,3 +310,43 @@ def test_an_answer_and_a_refetch_say_the_number_read_before_their_regions(
             f'<span id="conch-seq" data-seq="{seq}" data-kind="answer"'
         )
     assert "Login bug, for real" in answer.content.decode()
+
+
+# ---------------------------------------------------------------------------
+# Retry and edit (issue 33, item 5)
+
+
+def test_retry_answers_with_the_regions_and_keeps_the_earlier_version(htmx, chat):
+    message_send(conversation=chat, text="Plan it")
+    drain()
+
+    response = htmx.post(f"/c/{chat.public_id}/retry/", {"turn": "1"})
+
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "An earlier version of this message and its reply" in html
+    assert chat.turns.get(number=1).replaced_by == 2
+
+
+def test_a_retry_from_a_page_behind_the_chat_is_a_409_with_the_chat_as_it_is(htmx, chat):
+    message_send(conversation=chat, text="Plan it")
+    drain()
+    message_send(conversation=chat, text="Another tab's message")
+    drain()
+
+    response = htmx.post(f"/c/{chat.public_id}/retry/", {"turn": "1"})
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert 'id="transcript"' in html and ERR_AGAIN_STALE in html
+    assert not chat.turns.filter(replaced_by__isnull=False).exists()
+
+
+def test_a_refused_edit_leaves_the_page_so_the_words_stay_in_their_box(htmx, chat):
+    message_send(conversation=chat, text="Plan it")
+    drain()
+
+    response = htmx.post(f"/c/{chat.public_id}/edit/", {"turn": "1", "text": " "})
+
+    assert response.status_code == 400
+    assert 'id="transcript"' not in response.content.decode()

@@ -38,6 +38,8 @@ EXPECTED: dict[str, tuple[set[int], set[int]]] = {
     "chat-send": ({405}, NOT_FOUND),
     "chat-stop": ({405}, NOT_FOUND),
     "chat-queued-cancel": ({405}, NOT_FOUND),
+    "chat-retry": ({405}, NOT_FOUND),
+    "chat-edit": ({405}, NOT_FOUND),
     "chat-approve": ({405}, NOT_FOUND),
     "chat-deny": ({405}, NOT_FOUND),
     "chat-mode": ({405}, NOT_FOUND),

@@ -1,0 +1,109 @@
+"""A reply's actions in Chromium (issue 33, item 5): copy it as Markdown, retry it, and
+edit and resend the message it answered; the replaced reply stays readable."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.test_words import send
+from tests.browser.test_workspace import open_chat, still_the_same_page
+from tests.factories import ChatFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+FIRST = "# Plan\n\n- read the **tests**\n- fix `login()`"
+
+
+@pytest.fixture
+def answered(owner, agent, workspace):
+    return ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        script=[
+            [{"say": FIRST}],
+            [{"say": "The second go."}],
+            [{"say": "The third, after your edit."}],
+        ],
+    )
+
+
+@pytest.mark.parametrize("size", [{"width": 1280, "height": 800}, {"width": 390, "height": 844}])
+def test_retry_and_edit_keep_each_earlier_version_readable(
+    tab, sign_in, conch_server, answered, size
+):
+    page = tab.page
+    page.set_viewport_size(size)
+    sign_in(tab)
+    open_chat(tab, conch_server, answered)
+    send(page, "Write the plan")
+    first = page.locator("#reply-1")
+    expect(first.locator(".reply-end")).to_contain_text("done")
+
+    first.get_by_role("button", name="Retry").click()
+
+    second = page.locator("#reply-2")
+    expect(second.locator(".msg.from-assistant")).to_have_text("The second go.")
+    expect(second.locator(".who")).to_contain_text("retried")
+    earlier = first.locator("details.earlier")
+    expect(earlier).not_to_have_attribute("open", "")
+    expect(first.get_by_role("heading", name="Plan")).to_be_hidden()
+    earlier.locator("summary").click()
+    expect(first.get_by_role("heading", name="Plan")).to_be_visible()
+    # Only the last reply offers Retry and Edit.
+    expect(first.get_by_role("button", name="Retry")).to_have_count(0)
+    expect(page.get_by_role("button", name="Retry")).to_have_count(1)
+
+    second.locator(".edit-prompt summary").click()
+    box = second.get_by_label("Your message, edited")
+    expect(box).to_have_value("Write the plan")
+    box.fill("Write the plan, shorter")
+    second.get_by_role("button", name="Send edited").click()
+
+    third = page.locator("#reply-3")
+    expect(third.locator(".msg.from-person .text")).to_have_text("Write the plan, shorter")
+    expect(third.locator(".who")).to_contain_text("edited")
+    expect(third.locator(".msg.from-assistant")).to_have_text("The third, after your edit.")
+    expect(second.locator("details.earlier")).to_have_count(1)
+    expect(page.locator("#transcript > li.is-replaced")).to_have_count(2)
+    assert still_the_same_page(tab)
+    # Nothing on the narrow screen is wider than it.
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def test_a_reply_copies_as_the_markdown_the_model_wrote(
+    tab, sign_in, conch_server, answered, browser_context
+):
+    browser_context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, answered)
+    send(page, "Write the plan")
+    reply = page.locator("#reply-1")
+    expect(reply.locator(".reply-end")).to_contain_text("done")
+
+    copy = reply.get_by_role("button", name="Copy reply 1 as Markdown")
+    copy.click()
+
+    expect(copy).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == FIRST
+
+
+def test_an_empty_edit_is_refused_and_keeps_the_box(tab, sign_in, conch_server, answered, console):
+    console.allow(r"status of 400 \(Bad Request\) \(http://[^ ]+/edit/:")  # refused, on purpose
+    console.allow(r"Response Status Error Code 400 from /c/[^ ]+/edit/")
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, answered)
+    send(page, "Write the plan")
+    reply = page.locator("#reply-1")
+    expect(reply.locator(".reply-end")).to_contain_text("done")
+
+    reply.locator(".edit-prompt summary").click()
+    reply.get_by_label("Your message, edited").fill("   ")
+    reply.get_by_role("button", name="Send edited").click()
+
+    expect(page.locator("#flash")).to_have_text("A message needs some words.")
+    expect(reply.get_by_label("Your message, edited")).to_be_visible()
+    expect(page.locator("#reply-2")).to_have_count(0)
