@@ -211,6 +211,7 @@ class ChatPart:
     kind: str  # REGIONS, TRANSCRIPT or WORDS
     turn: int = 0
     text: str = ""
+    wait: str = ""  # the model's wait between tries, in the person's words
 
     def covers(self, earlier: ChatPart) -> bool:
         """Whether this part, sent after ``earlier``, leaves nothing of it to show: each
@@ -268,7 +269,12 @@ def _chat_part(event: str, data: dict | None) -> ChatPart | None:
     if event == events.REPLY_TEXT:
         if not data or not data.get("turn"):
             return None
-        return ChatPart(WORDS, turn=data["turn"], text=str(data.get("text", "")))
+        return ChatPart(
+            WORDS,
+            turn=data["turn"],
+            text=str(data.get("text", "")),
+            wait=str(data.get("wait", "")),
+        )
     if event in events.CARD_EVENT_TYPES:
         return ChatPart(TRANSCRIPT)
     if event in SHOWN_EVENTS:
@@ -297,7 +303,12 @@ def render_run_for_chat(*, owner_id: int, conversation_id: str, parts: list[Chat
     rendered = []
     for part in parts:
         if part.kind == WORDS:
-            context = {"turn_number": part.turn, "text": part.text, "oob": True}
+            context = {
+                "turn_number": part.turn,
+                "text": part.text,
+                "wait": part.wait,
+                "oob": True,
+            }
             rendered.append(render_region("reply-text", context))
         elif conversation is None:
             if part.kind == REGIONS:

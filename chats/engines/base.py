@@ -53,6 +53,9 @@ class EngineInput:
     # Set once the reply is stopped: an engine waiting on a model (or between tries)
     # stops waiting at once rather than at its next step.
     halt: threading.Event | None = None
+    # Told before a model engine waits to try a call again: how long, and whether the
+    # server asked for the wait (a 429's Retry-After), so the page can say so.
+    on_wait: Callable[[float, bool], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -975,13 +975,15 @@ def complete(
     max_tokens: int | None = None,
     retries: int | None = None,
     halt: threading.Event | None = None,
+    on_wait: Callable[[float, bool], None] | None = None,
 ) -> Answer:
     """One streamed completion, tried again with backoff while the failure is transient.
 
     Raises EngineError with a readable reason once it gives up, or at once for a
     failure that trying again would not mend (a bad key, an unknown model…). The
     waits between tries end at once when ``halt`` is set (Stop): the answer is then
-    ``stopped``.
+    ``stopped``. ``on_wait(seconds, asked)`` hears each wait before it starts: ``asked``
+    when the server said how long (a 429's ``Retry-After``), for the person's page.
     """
     import openai
     from tenacity import Retrying, retry_if_exception_type, stop_after_attempt
@@ -1018,6 +1020,8 @@ def complete(
             exc.reason.replace("{tries}", _tries(state.attempt_number)),
             state.upcoming_sleep,
         )
+        if on_wait is not None:
+            on_wait(state.upcoming_sleep, exc.wait is not None)
 
     try:
         return Retrying(
@@ -1266,6 +1270,7 @@ class OpenAICompatEngine:
             tools=tools,
             on_text=given.on_text,
             halt=given.halt,
+            on_wait=given.on_wait,
         )
         if answer.stopped:
             return Decision(End(), state)  # stopped meanwhile: the runtime lets this go

@@ -158,6 +158,27 @@ class _TextStreamer:
         )
         return True
 
+    def waiting(self, seconds: float, asked: bool) -> None:
+        """The engine waits to try the model again: the page says so, and for how long."""
+        turn = self.turn
+        text = self.latest
+        if len(text) > LIMITS.stream_chars:
+            text = "…" + text[-LIMITS.stream_chars :]
+        events.publish(
+            events.REPLY_TEXT,
+            owner_id=turn.conversation.owner_id,
+            conversation_id=turn.conversation.public_id,
+            data={"turn": turn.number, "text": text, "wait": wait_words(seconds, asked=asked)},
+        )
+
+
+def wait_words(seconds: float, *, asked: bool) -> str:
+    """ "The model asked us to wait 4 s.", in the person's words, for a wait between tries."""
+    shown = f"{seconds:.0f}" if seconds >= 10 or seconds == int(seconds) else f"{seconds:.1f}"
+    if asked:
+        return f"The model asked us to wait {shown} s. Conch tries again then."
+    return f"The model didn't answer properly. Conch tries again in {shown} s."
+
 
 def _stopped_words_keep(turn: Turn, words: str) -> bool:
     """Keep the words a stopped reply had written, as its reply so far, marked stopped.
@@ -305,6 +326,7 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
                     state=engine_state,
                     on_text=streamer,
                     halt=halt,
+                    on_wait=streamer.waiting,
                 )
             )
         except EngineError as exc:

@@ -321,3 +321,16 @@ def tab(browser_context) -> Iterator[Tab]:
     watched = watch(browser_context.new_page())
     yield watched
     assert watched.csp_violations == []
+
+
+@pytest.fixture
+def fake_model(agent, settings):
+    """A loopback OpenAI-compatible server (tests/engines/fake_openai.py) that the persona
+    ``agent`` answers with; ``fake_model.play(...)`` says what it sends."""
+    from tests.engines.conftest import use_model
+    from tests.engines.fake_openai import FakeOpenAI
+
+    settings.CONCH_HOME = str(BROWSER_HOME)  # the key sealing the model's key is the server's too
+    with FakeOpenAI() as fake:
+        use_model(agent, fake.base_url)
+        yield fake

@@ -8,6 +8,8 @@ from playwright.sync_api import expect
 
 from tests.browser.test_words import send
 from tests.browser.test_workspace import open_chat, still_the_same_page
+from tests.engines.fake_openai import Status as HttpStatus
+from tests.engines.fake_openai import Text
 from tests.factories import ChatFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -56,7 +58,7 @@ def test_retry_and_edit_keep_each_earlier_version_readable(
     expect(page.get_by_role("button", name="Retry")).to_have_count(1)
 
     second.locator(".edit-prompt summary").click()
-    box = second.get_by_label("Your message, edited")
+    box = second.get_by_label("Edited words")
     expect(box).to_have_value("Write the plan")
     box.fill("Write the plan, shorter")
     second.get_by_role("button", name="Send edited").click()
@@ -101,9 +103,61 @@ def test_an_empty_edit_is_refused_and_keeps_the_box(tab, sign_in, conch_server, 
     expect(reply.locator(".reply-end")).to_contain_text("done")
 
     reply.locator(".edit-prompt summary").click()
-    reply.get_by_label("Your message, edited").fill("   ")
+    reply.get_by_label("Edited words").fill("   ")
     reply.get_by_role("button", name="Send edited").click()
 
     expect(page.locator("#flash")).to_have_text("A message needs some words.")
-    expect(reply.get_by_label("Your message, edited")).to_be_visible()
+    expect(reply.get_by_label("Edited words")).to_be_visible()
     expect(page.locator("#reply-2")).to_have_count(0)
+
+
+# ---------------------------------------------------------------------------
+# A failed model call (issue 33, item 7)
+
+
+@pytest.mark.parametrize("size", [{"width": 1280, "height": 800}, {"width": 390, "height": 844}])
+def test_a_failed_model_call_says_why_plainly_and_retry_asks_again(
+    tab, sign_in, conch_server, owner, agent, workspace, fake_model, size
+):
+    fake_model.play(
+        HttpStatus(401, "Incorrect API key provided"),
+        Text("Hello again, it worked."),
+    )
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace)
+    page = tab.page
+    page.set_viewport_size(size)
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    send(page, "Say hello")
+
+    failed = page.locator("#reply-1 .reply-failed")
+    expect(failed.locator(".reply-failed-head")).to_have_text("This reply failed:")
+    expect(failed.locator(".reply-failed-why")).to_contain_text("401")
+    expect(failed).to_be_visible()
+    retry = page.locator("#reply-1").get_by_role("button", name="Retry")
+    expect(retry).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+    retry.click()
+
+    expect(page.locator("#reply-2 .msg.from-assistant")).to_have_text("Hello again, it worked.")
+    expect(page.locator("#reply-1.is-replaced details.earlier")).to_have_count(1)
+
+
+def test_while_the_model_asks_us_to_wait_the_page_says_how_long(
+    tab, sign_in, conch_server, owner, agent, workspace, fake_model
+):
+    fake_model.play(
+        HttpStatus(429, "Rate limit reached", headers={"Retry-After": "2"}),
+        Text("Done waiting."),
+    )
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace)
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    send(page, "Say hello")
+
+    wait = page.locator("#reply-1-text .model-wait")
+    expect(wait).to_have_text("The model asked us to wait 2 s. Conch tries again then.")
+    expect(page.locator("#reply-1 .msg.from-assistant")).to_have_text("Done waiting.")
+    expect(wait).to_have_count(0)

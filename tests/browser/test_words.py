@@ -14,8 +14,7 @@ from playwright.sync_api import expect
 from chats.models import Mode
 from tests.browser.test_together import held_pair, message_card
 from tests.browser.test_workspace import STEP, open_chat
-from tests.engines.conftest import use_model
-from tests.engines.fake_openai import FakeOpenAI, Text
+from tests.engines.fake_openai import Text
 from tests.factories import ChatFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -131,67 +130,57 @@ window.sawLiveMarkdown = false;
 
 
 def test_live_words_render_as_markdown_and_never_blink(
-    tab, sign_in, conch_server, owner, agent, workspace, settings
+    tab, sign_in, conch_server, owner, agent, workspace, fake_model
 ):
-    from tests.browser.conftest import BROWSER_HOME
-
-    settings.CONCH_HOME = str(BROWSER_HOME)  # the key sealing the model's key is the server's too
     gate = threading.Event()
-    with FakeOpenAI() as fake:
-        use_model(agent, fake.base_url)
-        fake.play(Text(REPLY, pieces=6, gate=gate, gate_after=3))
-        chat = ChatFactory(owner=owner, agent=agent, folder=workspace)
-        page = tab.page
-        sign_in(tab)
-        open_chat(tab, conch_server, chat)
-        page.evaluate(WATCH)
-        send(page, "Plan the fix")
+    fake_model.play(Text(REPLY, pieces=6, gate=gate, gate_after=3))
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace)
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    page.evaluate(WATCH)
+    send(page, "Plan the fix")
 
-        # Half written: the words so far, already Markdown, in the running reply's slot.
-        live = page.locator("#reply-1-text.is-streaming")
-        expect(live.get_by_role("heading", name="Plan")).to_be_visible()
-        expect(live.locator("li").first).to_have_text("read the tests")
-        gate.set()
+    # Half written: the words so far, already Markdown, in the running reply's slot.
+    live = page.locator("#reply-1-text.is-streaming")
+    expect(live.get_by_role("heading", name="Plan")).to_be_visible()
+    expect(live.locator("li").first).to_have_text("read the tests")
+    gate.set()
 
-        final = page.locator("#transcript .msg.from-assistant:not(.is-streaming)")
-        expect(final.locator("pre.code")).to_contain_text("return True")
-        expect(page.locator("#chat-title .badge")).to_have_text("idle")
-        page.evaluate("window.stopWatching = true")
-        shown = page.evaluate("window.shown")
-        assert page.evaluate("window.sawLiveMarkdown")
-        first = shown.index(True)
-        # Once the words show, no frame is without them: no blink between pieces or at the end.
-        assert all(shown[first:]), shown[first:].index(False)
+    final = page.locator("#transcript .msg.from-assistant:not(.is-streaming)")
+    expect(final.locator("pre.code")).to_contain_text("return True")
+    expect(page.locator("#chat-title .badge")).to_have_text("idle")
+    page.evaluate("window.stopWatching = true")
+    shown = page.evaluate("window.shown")
+    assert page.evaluate("window.sawLiveMarkdown")
+    first = shown.index(True)
+    # Once the words show, no frame is without them: no blink between pieces or at the end.
+    assert all(shown[first:]), shown[first:].index(False)
 
 
 def test_stop_keeps_the_words_already_written_marked_as_stopped(
-    tab, sign_in, conch_server, owner, agent, workspace, settings
+    tab, sign_in, conch_server, owner, agent, workspace, fake_model
 ):
-    from tests.browser.conftest import BROWSER_HOME
-
-    settings.CONCH_HOME = str(BROWSER_HOME)  # the key sealing the model's key is the server's too
     gate = threading.Event()
-    with FakeOpenAI() as fake:
-        use_model(agent, fake.base_url)
-        fake.play(Text(REPLY, pieces=6, gate=gate, gate_after=3))
-        chat = ChatFactory(owner=owner, agent=agent, folder=workspace)
-        page = tab.page
-        sign_in(tab)
-        open_chat(tab, conch_server, chat)
-        send(page, "Plan the fix")
+    fake_model.play(Text(REPLY, pieces=6, gate=gate, gate_after=3))
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace)
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    send(page, "Plan the fix")
 
-        live = page.locator("#reply-1-text.is-streaming")
-        expect(live.get_by_role("heading", name="Plan")).to_be_visible()
-        page.get_by_role("button", name="Stop").click()
-        kept = page.locator("#transcript .msg.from-assistant.is-stopped")
-        expect(kept.get_by_role("heading", name="Plan")).to_be_visible()
-        expect(kept).to_contain_text("Stopped here")
-        expect(page.locator("#transcript")).to_contain_text("Stopped: You stopped it.")
-        gate.set()  # the model's answer may go on: nothing more of it is shown
-        page.reload()  # and the words are stored, not only on the page
-        expect(page.locator("#transcript .msg.from-assistant.is-stopped")).to_contain_text(
-            "read the tests"
-        )
+    live = page.locator("#reply-1-text.is-streaming")
+    expect(live.get_by_role("heading", name="Plan")).to_be_visible()
+    page.get_by_role("button", name="Stop").click()
+    kept = page.locator("#transcript .msg.from-assistant.is-stopped")
+    expect(kept.get_by_role("heading", name="Plan")).to_be_visible()
+    expect(kept).to_contain_text("Stopped here")
+    expect(page.locator("#transcript")).to_contain_text("Stopped: You stopped it.")
+    gate.set()  # the model's answer may go on: nothing more of it is shown
+    page.reload()  # and the words are stored, not only on the page
+    expect(page.locator("#transcript .msg.from-assistant.is-stopped")).to_contain_text(
+        "read the tests"
+    )
 
 
 UPDATES = Path(__file__).parents[1] / "gateway" / "telegram_updates"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from chats import events, regions
 from chats.engines import openai_compat as oc
 from chats.models import EntryRole, Status, Step, TurnState
 from chats.runtime.runner import drain
@@ -85,6 +86,33 @@ def test_a_rate_limit_is_waited_out_honouring_retry_after(model_agent, fake, sle
     assert slept == [3.0, 2.0]  # the server's Retry-After, then the doubled backoff
     # Every try sent the same request.
     assert fake.completions[0].body == fake.completions[2].body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_page_is_told_how_long_the_model_asked_us_to_wait(model_agent, fake, slept, published):
+    fake.play(
+        HttpStatus(429, "Rate limit reached", headers={"Retry-After": "4"}),
+        HttpStatus(503, "Overloaded"),
+        Text("Done."),
+    )
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
+    run(chat)
+
+    waits = [e.data.get("wait") for e in published if e.type == events.REPLY_TEXT]
+    assert [w for w in waits if w] == [
+        "The model asked us to wait 4 s. Conch tries again then.",
+        "The model didn't answer properly. Conch tries again in 2 s.",
+    ]
+    assert waits[-1] is None  # the words that came next took the wait's place
+    shown = regions.render_event(
+        owner_id=chat.owner_id,
+        event=events.REPLY_TEXT,
+        seq=9,
+        conversation_id=chat.public_id,
+        showing=chat.public_id,
+        data={"turn": 1, "text": "", "wait": waits[0]},
+    )
+    assert '<p class="model-wait" role="status">The model asked us to wait 4 s.' in shown
 
 
 def test_a_rate_limit_that_lasts_ends_the_reply_after_a_bounded_number_of_tries(
