@@ -20,8 +20,9 @@ class TogetherConfig(AppConfig):
         from together.tools import register_tools
 
         # together's own words: the families its tools show, the events its cards change on.
-        for family in (LOOKING_AT_CHATS, messages.MESSAGING_A_CHAT, waits.WAITING):
-            hooks.family_add(family)
+        hooks.family_add(LOOKING_AT_CHATS, can="see your other chats")
+        hooks.family_add(messages.MESSAGING_A_CHAT, can="message and stop your other chats")
+        hooks.family_add(waits.WAITING, can="wait for other chats and tasks")
         hooks.event_type_add(CHATS_LISTED, card=True)
         hooks.event_type_add(messages.CHAT_MESSAGE, card=True, row=True)
         register_tools()

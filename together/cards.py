@@ -148,9 +148,17 @@ class MessageCard:
         return self.came_here and self.state == MessageState.HELD
 
 
-def _message_state_label(message: ChatMessage) -> str:
+def _message_state_label(message: ChatMessage, *, side: str) -> str:
+    """The card's badge: the message's state now, and for one not read yet, what happens
+    next from where this card stands (never just "waiting")."""
     if message.state == MessageState.WAITING:
-        return "waiting: not read yet"
+        how = "passed on" if message.passed_on_at else "sent"
+        if side == "to":
+            return f"{how}: not read yet"
+        how = "passed on" if message.passed_on_at else "not read yet"
+        if message.start_reply:
+            return f"{how}: a reply here starts with it"
+        return f"{how}: this chat reads it when it next works"
     return (
         MessageState(message.state).label if message.state in MessageState.values else message.state
     )
@@ -185,7 +193,7 @@ def load_messages(conversation: Conversation, entries: list[Entry]) -> Mapping[i
             other=other,
             words=message.text,
             state=message.state,
-            state_label=_message_state_label(message),
+            state_label=_message_state_label(message, side=side),
             reason=message.reason
             if message.state in (MessageState.REFUSED, MessageState.NOT_DELIVERED)
             else "",

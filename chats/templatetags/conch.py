@@ -17,7 +17,7 @@ from chats.limits import LIMITS
 from chats.models import Origin
 from chats.runtime import selectors
 from chats.tools import diffs
-from chats.tools.registry import ToolError, get_tool
+from chats.tools.registry import ToolError, abilities, get_tool, tools_offered
 from chats.toolsets import ToolSet, tool_set_for
 
 register = template.Library()
@@ -161,6 +161,24 @@ def row_sort_key(row) -> str:
 def tool_set(chat) -> ToolSet:
     """The tool set this chat has now (its persona's for you, or for other people), with why."""
     return tool_set_for(chat)
+
+
+@register.filter
+def tool_words(chat) -> str:
+    """What the chat's tools let it do, in a sentence for its header: "It can read files,
+    edit files and run commands." Read from what it is offered now (its set, its mode)."""
+    can = abilities(tools_offered(chat))
+    said = f"It can {_joined(can)}." if can else "It answers in words only: it has no tools."
+    if tool_set_for(chat).for_strangers:
+        said = (
+            "Someone else's words are in this chat, so it has only the tools you give other "
+            f"people. {said}"
+        )
+    return said
+
+
+def _joined(words: list[str]) -> str:
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
 
 
 @register.filter

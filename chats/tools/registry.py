@@ -44,18 +44,28 @@ FOLDER_FAMILIES = (READING_FILES, EDITING_FILES, RUNNING_A_COMMAND)
 
 ERR_UNKNOWN_FAMILY = "{tool}: its family {family!r} is not registered (chats.hooks.family_add)."
 
-# The words a running step may show; an app adds its own before registering its tools.
-_families: set[str] = {
-    READING_FILES,
-    EDITING_FILES,
-    RUNNING_A_COMMAND,
-    BROWSING,
+# The words a running step may show, each with what a chat whose tools are of that
+# family can do, for the chat's header ("It can read files, run commands…"). An app
+# adds its own before registering its tools.
+_families: dict[str, str] = {
+    READING_FILES: "read files",
+    EDITING_FILES: "edit files",
+    RUNNING_A_COMMAND: "run commands",
+    BROWSING: "read web pages",
 }
 
 
-def family_add(family: str) -> None:
-    """Let tools use ``family``: the words the chat list shows while one of them runs."""
-    _families.add(family)
+def family_add(family: str, *, can: str = "") -> None:
+    """Let tools use ``family``: the words the chat list shows while one of them runs, and
+    ``can``, what the chat's header says a chat with such a tool can do."""
+    _families[family] = can or family
+
+
+def abilities(tools: list[Tool]) -> list[str]:
+    """What a chat offered ``tools`` can do, in plain words, each once, in the families' order."""
+    order = {family: n for n, family in enumerate(_families)}
+    families = sorted({tool.family for tool in tools}, key=lambda f: order.get(f, len(order)))
+    return [_families.get(family, family) for family in families]
 
 
 @dataclass

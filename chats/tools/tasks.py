@@ -102,8 +102,8 @@ def _may_start_tasks(conversation) -> bool:
 
 
 def register_tools() -> None:
-    family_add(STARTING_A_TASK)
-    family_add(CHECKING_TASKS)
+    family_add(STARTING_A_TASK, can="start tasks")
+    family_add(CHECKING_TASKS, can="check on its tasks")
     register(
         Tool(
             name="start_background_task",

@@ -189,3 +189,54 @@ def test_dismissing_a_held_message_turns_its_card_dismissed_and_starts_nothing(
     expect(page.locator("#inbound-menu summary .tag")).to_have_text("Turn them away")
     receiver.refresh_from_db()
     assert receiver.inbound == Inbound.REFUSE
+
+
+def test_pass_it_on_and_dismiss_leave_focus_on_the_next_held_message_then_the_message_box(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """Issue 33, item 9: a press never drops the focus to the page."""
+    receiver = inbound_set(
+        conversation=ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login"),
+        inbound=Inbound.HOLD,
+    )
+    asks = [
+        {"tool": "message_chat", "args": {"chat": receiver.public_id, "text": words}}
+        for words in ("First, run the tests.", "Then tell me what failed.")
+    ]
+    sender = ChatFactory(owner=owner, agent=agent, folder=workspace, reply=asks)
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, receiver)
+    message_send(conversation=sender, text="Ask the login chat twice")
+    cards = message_card(page)
+    expect(cards.locator(".badge")).to_have_text(["held for you", "held for you"])
+
+    cards.nth(0).get_by_role("button", name="Dismiss").focus()
+    page.keyboard.press("Enter")
+
+    expect(cards.nth(0).locator(".badge")).to_have_text("dismissed")
+    expect(cards.nth(1).get_by_role("button", name="Pass it on")).to_be_focused()
+
+    page.keyboard.press("Tab")  # to its Dismiss
+    expect(cards.nth(1).get_by_role("button", name="Dismiss")).to_be_focused()
+    page.keyboard.press("Enter")
+
+    expect(cards.nth(1).locator(".badge")).to_have_text("dismissed")
+    expect(page.get_by_label("Message", exact=True)).to_be_focused()
+
+
+def test_archive_leaves_focus_on_the_button_that_undoes_it(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Tidy up")
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+
+    page.locator("#chat-settings").get_by_role("button", name="Archive").focus()
+    page.keyboard.press("Enter")
+
+    unarchive = page.locator("#chat-settings").get_by_role("button", name="Unarchive")
+    expect(unarchive).to_be_focused()
+    page.keyboard.press("Enter")
+    expect(page.locator("#chat-settings").get_by_role("button", name="Archive")).to_be_focused()

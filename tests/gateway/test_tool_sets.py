@@ -7,6 +7,8 @@ by default is empty: it answers in words and reads nothing.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 from django.utils.html import escape
@@ -339,11 +341,15 @@ def test_the_chat_page_says_which_set_a_chat_has_and_why(client, owner, receive)
     theirs = receive(peer="mallory").chat
     client.force_login(owner)
     page = client.get(reverse("chats:chat", args=[mine])).content.decode()
-    assert "your tools: every tool" in page
+    assert (
+        "It can read files, edit files, run commands, read web pages, start tasks, "
+        "check on its tasks, see your other chats, message and stop your other chats "
+        "and wait for other chats and tasks." in page
+    )
     page = client.get(reverse("chats:chat", args=[theirs])).content.decode()
     assert (
-        "tools for other people: answers in words only, because someone else's words "
-        "are in this chat" in page
+        "Someone else&#x27;s words are in this chat, so it has only the tools you give other "
+        "people. It answers in words only: it has no tools." in page
     )
 
 
@@ -359,3 +365,17 @@ def test_the_playground_shows_the_tool_set_beside_the_session_and_agent(client, 
     )
     mine = client.post("/gateway/playground/fire/", {**fire, "peer": "me"}, follow=True)
     assert 'class="pg-tools" data-set="owner">yours: every tool' in mine.content.decode()
+
+
+def test_the_header_says_what_a_plan_mode_chat_can_do_without_what_it_cant(client, owner, agent):
+    from chats.models import Mode
+    from tests.factories import ChatFactory
+
+    chat = ChatFactory(owner=owner, agent=agent, mode=Mode.PLAN)
+    client.force_login(owner)
+
+    page = client.get(reverse("chats:chat", args=[chat.public_id])).content.decode()
+
+    said = re.search(r'<p class="tool-set" data-set="owner">(.*?)</p>', page).group(1)
+    assert said.startswith("It can read files, read web pages")
+    assert "edit files" not in said and "run commands" not in said

@@ -31,6 +31,7 @@ from together.messages import (
     CHAT_MESSAGE,
     ERR_NOT_HELD,
     held_message_dismiss,
+    held_message_pass,
     inbound_set,
     message_chat,
     stop_chat,
@@ -281,7 +282,12 @@ def _not_delivered(sender, receiver):
 @pytest.mark.parametrize(
     ("make", "state", "label", "why"),
     [
-        (_waiting, "waiting", "waiting: not read yet", ""),
+        (
+            _waiting,
+            "waiting",
+            ("sent: not read yet", "not read yet: this chat reads it when it next works"),
+            "",
+        ),
         (_read, "read", "read", ""),
         (_held, "held", "held for you", ""),
         (_turned_away, "refused", "turned away", "It turns messages from other chats away."),
@@ -300,13 +306,24 @@ def test_both_cards_show_the_messages_state_now(signed_in, two, make, state, lab
     message.refresh_from_db()
     assert message.state == state
 
-    for chat in (sender, receiver):
+    labels = label if isinstance(label, tuple) else (label, label)
+    for chat, label in zip((sender, receiver), labels, strict=True):
         card = message_card(page(signed_in, chat), message)
         assert f'<span class="badge is-msg-{state}">{label}</span>' in card, chat.title
         if why:
             assert f'<p class="card-why" hx-disable>{why}</p>' in card
         else:
             assert "card-why" not in card
+
+
+def test_after_pass_it_on_each_card_says_what_happens_next(signed_in, two):
+    sender, receiver = two
+    message = held_message_pass(message=_held(sender, receiver))
+
+    sent = message_card(page(signed_in, sender), message)
+    came = message_card(page(signed_in, receiver), message)
+    assert ">passed on: not read yet<" in sent
+    assert ">passed on: this chat reads it when it next works<" in came
 
 
 def test_a_card_never_says_read_before_the_chat_read_it(signed_in, two):
@@ -334,10 +351,14 @@ def test_only_the_receiving_chats_held_card_offers_pass_it_on_and_dismiss(signed
     assert f'action="{press_url(receiver, message)}"' in came
     assert f'hx-post="{press_url(receiver, message)}"' in came
     assert (
-        '<button type="submit" name="action" value="pass" class="primary small">Pass it on' in came
+        '<button type="submit" name="action" value="pass" class="primary small" '
+        f'id="pass-{message.message_id}">Pass it on' in came
     )
-    assert '<button type="submit" name="action" value="dismiss" class="small">Dismiss' in came
-    assert "Passing it on starts a reply here." in came
+    assert (
+        '<button type="submit" name="action" value="dismiss" class="small" '
+        f'id="dismiss-{message.message_id}">Dismiss' in came
+    )
+    assert "Pass it on and a reply here starts with it; Dismiss it and it never does." in came
     assert "Pass it on" not in sent and "/api/" not in sent
 
 
@@ -832,7 +853,7 @@ def test_a_transcript_of_thirty_cards_of_each_kind_costs_what_one_costs(
     with django_assert_max_num_queries(len(one)):
         html = signed_in.get(url).content.decode()
     assert html.count('class="card ') == 150
-    assert html.count("Pass it on") == 30
+    assert html.count(">Pass it on</button>") == 30
 
 
 # ---------------------------------------------------------------------------
