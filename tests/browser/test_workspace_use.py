@@ -340,6 +340,38 @@ def test_a_push_that_replaces_the_focused_stop_gives_focus_back_in_the_same_task
     assert page.evaluate("() => window.focusAfterPush") == "stop-button"
 
 
+def test_a_press_on_a_control_an_answer_just_swapped_in_is_htmxs_not_a_plain_post(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """The press lands in the very task of the swap (Enter held on Archive, then again on
+    the Unarchive that replaced it): the new form must already be htmx's (no settle
+    delay), or the browser posts it plainly, without the CSRF header, and shows
+    Django's 403 in place of the chat."""
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Tidy up")
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    page.evaluate("window.stillTheSamePage = true")  # a plain POST would leave this page
+    page.evaluate(
+        """() => {
+          document.body.addEventListener('htmx:oobAfterSwap', function (evt) {
+            if (window.pressed || !evt.detail.target || evt.detail.target.id !== 'chat-settings') { return; }
+            window.pressed = true;
+            queueMicrotask(function () { document.getElementById('archive-button').click(); });
+          });
+        }"""
+    )
+
+    page.locator("#chat-settings").get_by_role("button", name="Archive").click()
+
+    page.wait_for_function("() => window.pressed === true")
+    expect(page.locator("#chat-settings").get_by_role("button", name="Archive")).to_be_visible()
+    expect(page.locator("#chat-settings .tag")).to_have_count(0)
+    assert page.evaluate("window.stillTheSamePage === true")
+    chat.refresh_from_db()
+    assert not chat.archived  # archived, then back
+
+
 def test_keyboard_shortcuts_search_new_chat_message_box_and_the_list(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
