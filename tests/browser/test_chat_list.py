@@ -5,6 +5,7 @@ the search box finding a chat by its title, its words quoted as text."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -98,6 +99,9 @@ def test_the_list_is_grouped_by_the_browsers_own_days(
     page = tab.page
     page.set_viewport_size(size)
     sign_in(tab)
+    # The first page came before the browser said its zone: it fetches its list again.
+    expect(page.locator("#chat-rows")).to_have_attribute("data-time-zone", ZONE)
+    expect(page.locator("body")).to_have_attribute("data-refetches", "1")
     open_chat(tab, conch_server, made["Just now"])
     show_the_list(page)
 
@@ -233,3 +237,23 @@ def test_the_search_box_finds_a_chat_by_its_title_and_quotes_words_as_text(
 
     title_hit.get_by_role("link").click()
     expect(page.locator("#chat-heading")).to_have_text(named.title)
+
+
+def test_the_list_is_fetched_again_when_the_day_turns(tab, sign_in, conch_server, owner, agent):
+    """Today's chats become Yesterday's at midnight with no event to say so: the page
+    asks for its list again then, at the moment the server said its day ends."""
+    chat = ConversationFactory(owner=owner, agent=agent, title="Before midnight")
+    page = tab.page
+    page.clock.install()
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    body = page.locator("body")
+    expect(body).not_to_have_attribute("data-refetches", re.compile(r".*"))
+    turns_at = int(page.locator("#chat-rows").get_attribute("data-regroup-at"))
+    wait = turns_at - page.evaluate("Date.now()")
+
+    page.clock.fast_forward(max(0, wait - 5_000))  # runs the timers due by then, at once
+    assert body.get_attribute("data-refetches") is None
+    page.clock.fast_forward(10_000)
+
+    expect(body).to_have_attribute("data-refetches", "1")

@@ -67,7 +67,7 @@ def test_a_chat_is_found_by_its_title_with_no_word_of_it_in_its_messages(owner, 
 
 def test_a_word_finds_the_titles_words_it_begins_and_every_word_must_be_there(owner, agent):
     deploying = ConversationFactory(owner=owner, agent=agent, title="Deploying the API")
-    ConversationFactory(owner=owner, agent=agent, title="Redeploy the site")  # not a start
+    ConversationFactory(owner=owner, agent=agent, title="Redeploy the API")  # not a start
     ConversationFactory(owner=owner, agent=agent, title="Deploy notes")  # no "api"
 
     found = person_search(owner_id=owner.pk, query="deploy api")

@@ -59,24 +59,38 @@ def the_list(client: Client, zone: str | None) -> str:
 # Groups by the person's days
 
 
-def test_a_chat_at_half_past_eleven_last_night_is_yesterday_in_new_york_and_today_in_utc(
-    htmx, owner, agent
+@pytest.mark.parametrize(
+    "hour, in_utc",
+    [
+        # Noon in New York is 17:00 UTC, the same date: UTC's today holds both.
+        (12, {"today": ["morning", "late"]}),
+        # 22:00 in New York is 03:00 UTC on the 16th: both are yesterday in UTC.
+        (22, {"yesterday": ["morning", "late"]}),
+    ],
+    ids=["at-noon", "late-in-the-evening"],
+)
+def test_a_chat_at_half_past_eleven_last_night_is_yesterday_in_new_york_whatever_utc_says(
+    htmx, owner, agent, hour, in_utc
 ):
-    late = at(  # 04:30 UTC on the 15th: the 15th in UTC, still the 14th in New York
-        ConversationFactory(owner=owner, agent=agent),
-        datetime(2026, 1, 14, 23, 30, tzinfo=NEW_YORK),
-    )
-    morning = at(
-        ConversationFactory(owner=owner, agent=agent),
-        datetime(2026, 1, 15, 0, 30, tzinfo=NEW_YORK),
-    )
+    chats = {
+        # 04:30 UTC on the 15th: still the 14th in New York.
+        "late": at(
+            ConversationFactory(owner=owner, agent=agent),
+            datetime(2026, 1, 14, 23, 30, tzinfo=NEW_YORK),
+        ),
+        "morning": at(
+            ConversationFactory(owner=owner, agent=agent),
+            datetime(2026, 1, 15, 0, 30, tzinfo=NEW_YORK),
+        ),
+    }
 
-    with time_machine.travel(NOON, tick=False):
+    with time_machine.travel(datetime(2026, 1, 15, hour, tzinfo=NEW_YORK), tick=False):
         in_new_york = grouped(the_list(htmx, "America/New_York"))
-        in_utc = grouped(the_list(htmx, "UTC"))
+        utc = grouped(the_list(htmx, "UTC"))
 
-    assert in_new_york == {"today": [morning.public_id], "yesterday": [late.public_id]}
-    assert in_utc == {"today": [morning.public_id, late.public_id]}
+    ids = {name: chat.public_id for name, chat in chats.items()}
+    assert in_new_york == {"today": [ids["morning"]], "yesterday": [ids["late"]]}
+    assert utc == {group: [ids[name] for name in names] for group, names in in_utc.items()}
 
 
 def test_each_group_begins_at_the_first_moment_of_its_day(htmx, owner, agent):
