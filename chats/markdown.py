@@ -32,7 +32,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
-__all__ = ["CODE_CSS_SCOPE", "clean", "code_css", "render_markdown"]
+__all__ = ["CODE_CSS_SCOPE", "clean", "code_css", "plain_text", "render_markdown"]
 
 # A reply's headings sit under the chat's h1 and the page's h2s.
 HEADING_SHIFT = 2
@@ -163,3 +163,23 @@ def code_css() -> str:
         + "\n".join(keep_dark)
         + "\n}\n"
     )
+
+
+def plain_text(text: str) -> str:
+    """The words of the assistant's Markdown without its marks, as one line of text: what a
+    search result quotes. The same parser as the page's, so what reads as a mark there
+    (``**``, ``#``, a fence, a link's address) is left out here, and what is text there
+    (a ``<b>`` written in a reply) stays text. Plain text, for the template to escape."""
+    parts: list[str] = []
+
+    def walk(tokens: list[Token]) -> None:
+        for token in tokens:
+            if token.children:
+                walk(token.children)
+            elif token.type in ("softbreak", "hardbreak") or (token.block and token.nesting == -1):
+                parts.append(" ")
+            elif token.content:
+                parts.append(token.content)
+
+    walk(_parser().parse(str(text or "")))
+    return " ".join("".join(parts).split())

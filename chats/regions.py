@@ -13,10 +13,11 @@ assistant's words, which the ``markdown`` filter renders and nh3 cleans
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any
 
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from chats import cards, events, hooks
 from chats.models import Conversation, Inbound, Mode, Status, Turn, TurnState
@@ -85,10 +86,21 @@ def with_held(rows: list[selectors.ChatSnapshot]) -> list[selectors.ChatSnapshot
     return [replace(row, held=held[row.pk]) if row.pk in held else row for row in rows]
 
 
-def list_context(*, owner_id: int, current_chat_id: str | None = None) -> dict[str, Any]:
+def list_context(
+    *, owner_id: int, current_chat_id: str | None = None, zone: tzinfo | None = None
+) -> dict[str, Any]:
+    """The sidebar, grouped by the days of ``zone`` (the person's browser's; Conch's own
+    when it is not known). A pushed row carries no day: the page finds its group by the
+    row's sort key and the groups' starts, which the list brings (selectors.chat_groups)."""
+    zone = zone or timezone.get_default_timezone()
+    now = timezone.now()
     rows = with_held(selectors.chat_list_rows(owner_id=owner_id))
     return {
         "rows": rows,
+        "groups": selectors.chat_groups(rows, now=now, zone=zone),
+        "list_zone": str(zone),
+        # When Today turns into Yesterday: the page fetches its list again then.
+        "regroup_at": int(selectors.next_day_starts(now=now, zone=zone).timestamp() * 1000),
         "current_chat_id": current_chat_id,
         # The tab's title counts these, "(2) Conch"; conch.js recounts the rows after a push.
         "needs_count": sum(1 for row in rows if row.needs_you),
@@ -131,7 +143,9 @@ def chat_context(*, conversation: Conversation) -> dict[str, Any]:
     }
 
 
-def page_context(*, owner_id: int, conversation: Conversation | None = None) -> dict[str, Any]:
+def page_context(
+    *, owner_id: int, conversation: Conversation | None = None, zone: tzinfo | None = None
+) -> dict[str, Any]:
     """Everything the full page shows. The sequence number is read first, so any
     change after it arrives with a higher number and is never mistaken for old."""
     seq = events.current_seq(owner_id)
@@ -140,6 +154,7 @@ def page_context(*, owner_id: int, conversation: Conversation | None = None) -> 
         **list_context(
             owner_id=owner_id,
             current_chat_id=conversation.public_id if conversation else None,
+            zone=zone,
         ),
     }
     if conversation is not None:
@@ -166,19 +181,26 @@ def render_seq(seq: int, *, kind: str = "event") -> str:
 ANSWER = "answer"
 
 
-def render_list_bundle(*, owner_id: int, current_chat_id: str | None = None) -> str:
+def render_list_bundle(
+    *, owner_id: int, current_chat_id: str | None = None, zone: tzinfo | None = None
+) -> str:
     seq = events.current_seq(owner_id)
-    context = {**list_context(owner_id=owner_id, current_chat_id=current_chat_id), "oob": True}
+    context = {
+        **list_context(owner_id=owner_id, current_chat_id=current_chat_id, zone=zone),
+        "oob": True,
+    }
     return f"{render_seq(seq, kind=ANSWER)}\n{render_region('chat-list', context)}"
 
 
-def render_chat_bundle(*, owner_id: int, conversation: Conversation) -> str:
+def render_chat_bundle(
+    *, owner_id: int, conversation: Conversation, zone: tzinfo | None = None
+) -> str:
     """The list and every region of one chat's page, as out-of-band swaps, read afresh
     after the number they are marked with."""
     seq = events.current_seq(owner_id)
     conversation.refresh_from_db()
     context = {
-        **list_context(owner_id=owner_id, current_chat_id=conversation.public_id),
+        **list_context(owner_id=owner_id, current_chat_id=conversation.public_id, zone=zone),
         **chat_context(conversation=conversation),
         "oob": True,
     }

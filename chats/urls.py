@@ -25,6 +25,7 @@ urlpatterns = [
     path("c/<str:public_id>/mode/", views.chat_mode, name="chat-mode"),
     path("c/<str:public_id>/rename/", views.chat_rename, name="chat-rename"),
     path("c/<str:public_id>/archive/", views.chat_archive, name="chat-archive"),
+    path("c/<str:public_id>/pin/", views.chat_pin, name="chat-pin"),
     path("c/<str:public_id>/delete/", views.chat_delete, name="chat-delete"),
     path("connect/", views.connect, name="connect"),
     path("connect/try/", views.connect_post, name="connect-post"),

@@ -28,6 +28,7 @@ from chats.runtime.chats import (
     ConchError,
     conversation_archive,
     conversation_create,
+    conversation_pin,
     conversation_rename,
     conversation_set_mode,
     default_agent,
@@ -49,7 +50,7 @@ from chats.runtime.turns import (
     turn_deny,
 )
 from chats.signin import signin_token_redeem
-from conch.http import HtmxHttpRequest, signed_in_id
+from conch.http import HtmxHttpRequest, person_zone, signed_in_id
 
 ERR_STALE_REQUEST = "That request has already been answered."
 
@@ -79,7 +80,9 @@ def _page(
     status: int = 200,
     **extra,
 ) -> HttpResponse:
-    context = regions.page_context(owner_id=signed_in_id(request), conversation=chat)
+    context = regions.page_context(
+        owner_id=signed_in_id(request), conversation=chat, zone=person_zone(request)
+    )
     context["notices"] = _notices(request)
     if chat is None:
         persona = persona_for_new_chat(request.user)
@@ -106,7 +109,7 @@ def page_with(
 ) -> HttpResponse:
     """The workspace with another view in its main column (``main``, a template): the
     archived chats, a search's results. The sidebar and its socket are the page's own."""
-    context = regions.page_context(owner_id=signed_in_id(request))
+    context = regions.page_context(owner_id=signed_in_id(request), zone=person_zone(request))
     context.update(main=main, skip_to=skip_to, notices=_notices(request), **extra)
     return render(request, regions.PAGE, context, status=status)
 
@@ -114,7 +117,9 @@ def page_with(
 def respond_done(request: HtmxHttpRequest, chat: Conversation) -> HttpResponse:
     """After an action: the fresh regions under HTMX, otherwise back to the chat."""
     if request.htmx:
-        bundle = regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat)
+        bundle = regions.render_chat_bundle(
+            owner_id=signed_in_id(request), conversation=chat, zone=person_zone(request)
+        )
         cleared = regions.render_error("flash", "") + regions.render_error("composer-error", "")
         return HttpResponse(bundle + cleared)
     return redirect("chats:chat", public_id=chat.public_id)
@@ -134,9 +139,10 @@ def respond_refused(
     if request.htmx:
         fresh = ""
         if status == 409:
-            fresh = (
-                regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat) + "\n"
+            bundle = regions.render_chat_bundle(
+                owner_id=signed_in_id(request), conversation=chat, zone=person_zone(request)
             )
+            fresh = bundle + "\n"
         return HttpResponse(fresh + regions.render_error(slot, message), status=status)
     extra: dict[str, Any] = (
         {"composer_error": message, "draft": draft} if slot == "composer-error" else {}
@@ -171,7 +177,9 @@ def chat_list(request: HtmxHttpRequest) -> HttpResponse:
     """The sidebar alone, for a page that missed events. Constant queries in the number of chats."""
     if not request.htmx:
         return redirect("chats:home")
-    return HttpResponse(regions.render_list_bundle(owner_id=signed_in_id(request)))
+    return HttpResponse(
+        regions.render_list_bundle(owner_id=signed_in_id(request), zone=person_zone(request))
+    )
 
 
 @login_required
@@ -192,7 +200,9 @@ def chat_regions(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     if not request.htmx:
         return redirect("chats:chat", public_id=chat.public_id)
     return HttpResponse(
-        regions.render_chat_bundle(owner_id=signed_in_id(request), conversation=chat)
+        regions.render_chat_bundle(
+            owner_id=signed_in_id(request), conversation=chat, zone=person_zone(request)
+        )
     )
 
 
@@ -341,6 +351,15 @@ def chat_archive(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
     chat = get_chat_for_user(request, public_id)
     archived = request.POST.get("archived", "1") != "0"
     conversation_archive(conversation=chat, archived=archived)
+    return respond_done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_pin(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
+    """Pin (``pinned=1``) or unpin (``pinned=0``) the chat: it sorts first in the list."""
+    chat = get_chat_for_user(request, public_id)
+    conversation_pin(conversation=chat, pinned=request.POST.get("pinned", "1") != "0")
     return respond_done(request, chat)
 
 

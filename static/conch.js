@@ -16,8 +16,9 @@
  * - A socket closed because the session ended (signed out, expired) reloads
  *   the page, which then asks for the sign-in.
  * - A chat's row comes alone (or with the others a run of events changed): it
- *   is put in its place in the list (data-sort), or taken away, and marked if
- *   it is the chat this tab shows.
+ *   is put in its place in the list (data-sort), under its heading, or taken
+ *   away, and marked if it is the chat this tab shows.
+ * - The browser's time zone goes to the server in a cookie, for the list's days.
  * - The tab says when it is offline.
  * - The composer: Enter sends, Shift+Enter makes a new line; it shows
  *   "Sending…", clears only after the server took the message, and keeps
@@ -167,11 +168,15 @@
   // ---------------------------------------------------------------- the list
 
   // A chat's row is pushed alone, inside a swap into #chat-rows (chats/regions.py's
-  // render_row_push), the same for every tab. Here it takes the place of the row it
+  // render_rows_push), the same for every tab. Here it takes the place of the row it
   // was, in the list's order: data-sort, greatest first, as the server orders the
   // list. A row marked data-gone (a chat deleted or archived) is taken away. The
   // row of the chat this tab shows is marked here, since the push is not the tab's own.
-  var NO_CHATS = 'No chats yet.';
+  //
+  // The list is grouped under headings (Needs you, Pinned, Today…). A group holds a run
+  // of the sort keys, from its data-starts down, so a row goes under the first heading
+  // its key reaches: the server decides the groups, in the person's days; a pushed row
+  // needs no day of its own. A heading with no rows left is hidden.
 
   function markCurrent(row) {
     var link = row.querySelector('a');
@@ -183,30 +188,39 @@
     }
   }
 
+  function showGroups(list) {
+    var groups = list.querySelectorAll('[data-starts]');
+    for (var i = 0; i < groups.length; i++) {
+      groups[i].hidden = !groups[i].querySelector('li[data-sort]');
+    }
+    var empty = list.querySelector('.empty');
+    if (empty) { empty.hidden = !!list.querySelector('li[data-sort]'); }
+  }
+
+  function groupFor(list, key) {
+    var groups = list.querySelectorAll('[data-starts]');
+    for (var i = 0; i < groups.length; i++) {
+      if (key >= groups[i].getAttribute('data-starts')) { return groups[i].querySelector('ul'); }
+    }
+    return null;
+  }
+
   function placeRow(list, row) {
     var was = document.getElementById(row.id);
     if (was) { was.remove(); }
-    if (row.hasAttribute('data-gone')) {
-      if (!list.querySelector('li[data-sort]')) {
-        var empty = document.createElement('li');
-        empty.className = 'empty';
-        empty.textContent = NO_CHATS;
-        list.appendChild(empty);
-      }
-      return;
-    }
-    var placeholder = list.querySelector('li.empty');
-    if (placeholder) { placeholder.remove(); }
+    if (row.hasAttribute('data-gone')) { return; }
     markCurrent(row);
     var key = row.getAttribute('data-sort');
-    var others = list.querySelectorAll('li[data-sort]');
+    var group = groupFor(list, key);
+    if (!group) { refetch(); return; } // a list from another version: fetch it whole
+    var others = group.querySelectorAll('li[data-sort]');
     for (var i = 0; i < others.length; i++) {
       if (others[i].getAttribute('data-sort') < key) {
-        list.insertBefore(row, others[i]);
+        group.insertBefore(row, others[i]);
         return;
       }
     }
-    list.appendChild(row);
+    group.appendChild(row);
   }
 
   body.addEventListener('htmx:oobBeforeSwap', function (evt) {
@@ -215,6 +229,37 @@
     evt.detail.shouldSwap = false;
     var rows = Array.prototype.slice.call(evt.detail.fragment.children);
     for (var i = 0; i < rows.length; i++) { placeRow(list, rows[i]); }
+    showGroups(list);
+  });
+
+  // The person's time zone, for the server to group the list by their own days. A list
+  // grouped in another (the first page, before the browser said which) is fetched again,
+  // once; and again when the day turns, so Today's chats move under Yesterday.
+  var ZONE_COOKIE = 'conch_tz';
+  var zone = '';
+  try { zone = Intl.DateTimeFormat().resolvedOptions().timeZone || ''; } catch (e) { zone = ''; }
+  if (!/^[A-Za-z0-9_+\-\/]{1,64}$/.test(zone)) { zone = ''; } // a name, as the server reads it
+  if (zone) {
+    document.cookie = ZONE_COOKIE + '=' + zone + '; path=/; max-age=31536000; SameSite=Lax';
+  }
+
+  var regroupTimer = null;
+
+  function listChanged(checkZone) {
+    var list = document.getElementById('chat-rows');
+    if (!list) { return; }
+    if (regroupTimer) { window.clearTimeout(regroupTimer); }
+    var at = parseInt(list.getAttribute('data-regroup-at') || '0', 10);
+    if (at) {
+      // A second after midnight, so the server's clock has turned too; at most a day.
+      var wait = Math.min(Math.max(at - Date.now(), 0) + 1000, 86400000);
+      regroupTimer = window.setTimeout(refetch, wait);
+    }
+    if (checkZone && zone && list.getAttribute('data-time-zone') !== zone) { refetch(); }
+  }
+
+  body.addEventListener('htmx:oobAfterSwap', function (evt) {
+    if (evt.detail.target && evt.detail.target.id === 'chat-list') { listChanged(false); }
   });
 
   // ---------------------------------------------------------------- responses
@@ -355,7 +400,9 @@
     ownRetries = 0;
     stickToBottom = true;
     toTheEnd();
+    listChanged(true);
   });
 
   toTheEnd();
+  listChanged(true);
 })();

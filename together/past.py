@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
 
 from chats.limits import LIMITS
+from chats.markdown import plain_text
 from chats.models import (
     TAINT_ORDER,
     Conversation,
@@ -143,21 +144,40 @@ class Found:
     words: tuple[str, ...] = ()  # the words the database said matched
 
     def parts(self) -> list[tuple[str, bool]]:
-        """The snippet as (text, matched) pieces, for a page to mark what matched. Plain text:
-        the page escapes each piece."""
-        if not self.words:
-            return [(self.snippet, False)]
-        pattern = "|".join(r"(?<!\w)" + re.escape(w) + r"(?!\w)" for w in self.words)
-        pieces: list[tuple[str, bool]] = []
-        at = 0
-        for found in re.finditer(pattern, self.snippet, re.IGNORECASE):
-            if found.start() > at:
-                pieces.append((self.snippet[at : found.start()], False))
-            pieces.append((found.group(0), True))
-            at = found.end()
-        if at < len(self.snippet):
-            pieces.append((self.snippet[at:], False))
-        return pieces
+        """The snippet as (text, matched) pieces, for a page to mark what matched."""
+        return marked_parts(self.snippet, self.words)
+
+
+@dataclass(frozen=True)
+class Named:
+    """A chat whose title matches the person's search: their search box shows it first."""
+
+    chat_id: str
+    title: str
+    archived: bool
+    words: tuple[str, ...]  # the title's words that matched, as the title writes them
+
+    def parts(self) -> list[tuple[str, bool]]:
+        return marked_parts(self.title, self.words)
+
+
+def marked_parts(text: str, words: Iterable[str]) -> list[tuple[str, bool]]:
+    """``text`` as (text, matched) pieces, each of ``words`` marked where it stands whole.
+    Plain text: the page escapes each piece, and marks the matched ones."""
+    words = [w for w in words if w]
+    if not words:
+        return [(text, False)]
+    pattern = "|".join(r"(?<!\w)" + re.escape(w) + r"(?!\w)" for w in words)
+    pieces: list[tuple[str, bool]] = []
+    at = 0
+    for found in re.finditer(pattern, text, re.IGNORECASE):
+        if found.start() > at:
+            pieces.append((text[at : found.start()], False))
+        pieces.append((found.group(0), True))
+        at = found.end()
+    if at < len(text):
+        pieces.append((text[at:], False))
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -167,6 +187,7 @@ class Search:
     offset: int
     limit: int
     next_offset: int | None
+    chats: tuple[Named, ...] = ()  # chats named by the words (the person's search box only)
 
     @property
     def taint(self) -> str:
@@ -192,12 +213,62 @@ def past_search(
 def person_search(
     *, owner_id: int, query: str, limit: int = LIMITS.search_results, offset: int = 0
 ) -> Search:
-    """The person's own search box: the finished messages of every chat of theirs, archived
-    too, and never anyone else's. The same index and cut as ``search_chats``."""
-    return _search(Conversation.objects.filter(owner_id=owner_id), query, limit, offset)
+    """The person's own search box: the chats of theirs whose titles match, first, then the
+    finished messages of every chat of theirs, archived too, and never anyone else's. The
+    same index and cut as ``search_chats``, but an assistant's words are quoted as the
+    text they read as on the page, not as the Markdown they were written in."""
+    yours = Conversation.objects.filter(owner_id=owner_id)
+    found = _search(yours, query, limit, offset, as_read=True)
+    if offset:
+        return found  # the chats named came with the first page
+    return replace(found, chats=_named(yours, found.query))
 
 
-def _search(visible: QuerySet, query: str, limit: int, offset: int) -> Search:
+def _named(visible: QuerySet, query: str) -> tuple[Named, ...]:
+    """The chats whose titles hold the words, as the index reads a query (every word, or
+    "a phrase", ``or`` between alternatives, ``-word`` left out; a word finds words it
+    begins, as "deploy" finds "Deploying"). A title that is just the words comes first,
+    then the latest. One query."""
+    groups = query_groups(query)
+    wanted = Q(pk__in=[])
+    for phrases, _ in groups:
+        words = [word for phrase in phrases for word in phrase]
+        wanted |= Q(*(Q(title__icontains=word) for word in words))
+    candidates = (
+        visible.filter(wanted)
+        .order_by("-last_interaction_at", "-pk")
+        .values_list("public_id", "title", "archived")[: LIMITS.search_results_max * 5]
+    )
+    asked = [word.casefold() for phrases, _ in groups for phrase in phrases for word in phrase]
+    named = []
+    for public_id, title, archived in candidates:
+        matched = _title_match(title, groups)
+        if matched is not None:
+            whole = re.findall(r"\w+", title.casefold()) == asked
+            named.append((not whole, Named(public_id, title, archived, tuple(matched))))
+    named.sort(key=lambda item: item[0])  # stable: the latest first within each
+    return tuple(item for _, item in named[: LIMITS.search_results_max])
+
+
+def _phrase(words: list[str]) -> re.Pattern[str]:
+    """A phrase's words in a row, the last one as the start of a word."""
+    return re.compile(r"(?<!\w)" + r"\W+".join(re.escape(w) for w in words) + r"\w*", re.I)
+
+
+def _title_match(title: str, groups: list[QueryGroup]) -> list[str] | None:
+    """The words of ``title`` that match the first alternative it meets, or None."""
+    for phrases, unwanted in groups:
+        found = [_phrase(phrase).search(title) for phrase in phrases]
+        if all(found) and not any(_phrase(phrase).search(title) for phrase in unwanted):
+            return list(
+                dict.fromkeys(w for m in found if m for w in re.findall(r"\w+", m.group(0)))
+            )
+    return None
+
+
+def _search(
+    visible: QuerySet, query: str, limit: int, offset: int, *, as_read: bool = False
+) -> Search:
     query = " ".join((query or "").split())[: LIMITS.search_query_chars]
     if not query:
         raise ConchError(ERR_EMPTY_QUERY)
@@ -217,7 +288,11 @@ def _search(visible: QuerySet, query: str, limit: int, offset: int) -> Search:
             taint=taint,
             reply=number,
             role=role,
-            snippet=snippet_cut(text, words, known=known),
+            snippet=snippet_cut(
+                plain_text(text) if as_read and role == EntryRole.ASSISTANT else text,
+                words,
+                known=known,
+            ),
             score=float(score),
             words=tuple(words),
         )
@@ -301,15 +376,19 @@ def _rows_postgresql(visible_chats: QuerySet, query: str, limit: int, offset: in
 _QUERY_PART = re.compile(r'(-?)"([^"]*)"?|(\S+)')
 
 
-def fts5_query(query: str) -> str:
-    """The person's kind of query as FTS5 syntax, the way ``websearch_to_tsquery`` reads it.
+# One alternative of a query: the phrases that must all be there, and those that must not;
+# each phrase is its words, in order.
+QueryGroup = tuple[list[list[str]], list[list[str]]]
+
+
+def query_groups(query: str) -> list[QueryGroup]:
+    """The person's kind of query, the way ``websearch_to_tsquery`` reads it.
 
     Words must all be there; ``"a phrase"`` in order; ``or`` between
-    alternatives; ``-word`` must not be. Every word is quoted, so nothing
-    typed is taken as FTS5 syntax (a stray ``"``, ``NEAR``, ``col:``) and no
-    query is an error. Returns "" when nothing searchable is left.
+    alternatives; ``-word`` must not be. An alternative with only "must not"
+    words finds nothing, as ``websearch_to_tsquery``'s do, and is left out.
     """
-    groups: list[tuple[list[str], list[str]]] = [([], [])]
+    groups: list[QueryGroup] = [([], [])]
     for match in _QUERY_PART.finditer(query):
         negated, phrase, bare = match.group(1), match.group(2), match.group(3)
         if bare is not None:
@@ -321,15 +400,20 @@ def fts5_query(query: str) -> str:
         words = re.findall(r"\w+", phrase or "")
         if not words:
             continue
-        quoted = '"' + " ".join(words) + '"'
-        groups[-1][1 if negated else 0].append(quoted)
+        groups[-1][1 if negated else 0].append(words)
+    return [(wanted, unwanted) for wanted, unwanted in groups if wanted]
+
+
+def fts5_query(query: str) -> str:
+    """The person's kind of query (:func:`query_groups`) as FTS5 syntax. Every word is
+    quoted, so nothing typed is taken as FTS5 syntax (a stray ``"``, ``NEAR``,
+    ``col:``) and no query is an error. Returns "" when nothing searchable is left.
+    """
     parts = []
-    for wanted, unwanted in groups:
-        if not wanted:
-            continue  # only "must not" words find nothing, as websearch_to_tsquery's do
-        expression = " AND ".join(wanted)
-        for word in unwanted:
-            expression = f"({expression}) NOT {word}"
+    for wanted, unwanted in query_groups(query):
+        expression = " AND ".join('"' + " ".join(words) + '"' for words in wanted)
+        for words in unwanted:
+            expression = f'({expression}) NOT "' + " ".join(words) + '"'
         parts.append(f"({expression})")
     return " OR ".join(parts)
 

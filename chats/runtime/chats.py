@@ -192,6 +192,17 @@ def someone_elses_words_came(*, conversation: Conversation, who: str) -> Convers
     return conversation
 
 
+def conversation_pin(*, conversation: Conversation, pinned: bool = True) -> Conversation:
+    """Pin the chat to the top of the list, or let it go back to its day. A pinned chat
+    also stays through the gateway's pruning (chats.gateway.maintenance)."""
+    with transaction.atomic():
+        conversation = Conversation.objects.lock(conversation.pk)
+        conversation.pinned = pinned
+        conversation.save(update_fields=["pinned", "updated_at"])
+        events.publish_chat(conversation)  # its row moves, in every tab
+    return conversation
+
+
 def conversation_archive(*, conversation: Conversation, archived: bool = True) -> Conversation:
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation.pk)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import NamedTuple
 
 from django.db.models import Q, QuerySet
@@ -212,13 +212,73 @@ def row_is_listed(row: ChatSnapshot) -> bool:
 
 
 def row_sort_key(row: ChatSnapshot) -> str:
-    """Where the row goes in :func:`chat_list_rows`' order, as text that sorts the same way
-    (greatest first): a page places a pushed row by it, without the rest of the list."""
-    micros = (row.last_interaction_at - _EPOCH) // timedelta(microseconds=1)
-    return f"{int(row.pinned)}.{micros:017d}.{row.pk:012d}"
+    """Where the row goes in the sidebar's order, as text that sorts the same way (greatest
+    first): what needs you, then what is pinned, then the latest. A page places a pushed
+    row by it, without the rest of the list, and finds its group by it (:func:`chat_groups`)."""
+    return (
+        f"{int(row.needs_you)}.{int(row.pinned)}.{_micros(row.last_interaction_at)}.{row.pk:012d}"
+    )
+
+
+def _micros(moment: datetime) -> str:
+    return f"{(moment - _EPOCH) // timedelta(microseconds=1):017d}"
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ChatGroup:
+    """One heading of the sidebar and its rows. A group is a run of the sort key: it holds
+    every row whose key is at least ``starts`` and below the group before it, so a page
+    puts a pushed row under the first heading whose ``starts`` its key reaches."""
+
+    name: str
+    label: str
+    starts: str
+    rows: tuple[ChatSnapshot, ...] = ()
+
+
+# The days the list is grouped by, before today: "Yesterday" is one day back, and
+# "Previous 7 days" reaches back to the start of the seventh day before today.
+YESTERDAY_DAYS = 1
+WEEK_DAYS = 7
+
+
+def _day_start(day: date, zone: tzinfo) -> datetime:
+    """The first moment of ``day`` in ``zone``, as a wall clock there reads midnight."""
+    return datetime.combine(day, time(0), tzinfo=zone)
+
+
+def next_day_starts(*, now: datetime, zone: tzinfo) -> datetime:
+    """When "Today" becomes "Yesterday" in ``zone``: the next local midnight after ``now``."""
+    return _day_start(now.astimezone(zone).date() + timedelta(days=1), zone)
+
+
+def chat_groups(rows: list[ChatSnapshot], *, now: datetime, zone: tzinfo) -> list[ChatGroup]:
+    """The sidebar's headings, each with its rows in the list's order: Needs you, Pinned,
+    then Today, Yesterday, Previous 7 days and Older by the chat's last activity, in the
+    person's own days (``zone``). Every heading is there, empty or not, so a page can
+    put a pushed row under one that had none."""
+    today = now.astimezone(zone).date()
+
+    def since(days: int) -> str:
+        return f"0.0.{_micros(_day_start(today - timedelta(days=days), zone))}"
+
+    floors = [
+        ("needs-you", "Needs you", "1"),
+        ("pinned", "Pinned", "0.1"),
+        ("today", "Today", since(0)),
+        ("yesterday", "Yesterday", since(YESTERDAY_DAYS)),
+        ("week", "Previous 7 days", since(WEEK_DAYS)),
+        ("older", "Older", ""),
+    ]
+    placed: dict[str, list[ChatSnapshot]] = {name: [] for name, _, _ in floors}
+    for row in sorted(rows, key=row_sort_key, reverse=True):
+        key = row_sort_key(row)
+        name = next(name for name, _, starts in floors if key >= starts)
+        placed[name].append(row)
+    return [ChatGroup(name, label, starts, tuple(placed[name])) for name, label, starts in floors]
 
 
 @dataclass(frozen=True)

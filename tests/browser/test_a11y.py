@@ -59,7 +59,7 @@ def test_the_list_and_a_chat_have_no_serious_accessibility_violations(
     ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login")
     page = tab.page
     sign_in(tab)
-    expect(page.locator("#chat-rows > li")).to_have_count(2)
+    expect(page.locator("#chat-rows li.chat-row")).to_have_count(2)
     assert axe_violations(page) == []  # the list, and the new chat form
 
     open_chat(tab, conch_server, asking)

@@ -79,7 +79,7 @@ def test_creating_two_chats(tab, sign_in, conch_server, owner, agent, workspace,
         Mode.ASK,
     )
     assert (second.title, second.folder) == ("Release notes", agent.workspace)
-    rows = page.locator("#chat-rows > li")
+    rows = page.locator("#chat-rows li.chat-row")
     expect(rows).to_have_count(2)
     expect(row(page, second)).to_have_attribute("class", re.compile("is-idle"))
     expect(row(page, first).locator(".folder")).to_have_text(re.compile(r"app$"))

@@ -45,6 +45,7 @@ EXPECTED: dict[str, tuple[set[int], set[int]]] = {
     "chat-mode": ({405}, NOT_FOUND),
     "chat-rename": ({405}, NOT_FOUND),
     "chat-archive": ({405}, NOT_FOUND),
+    "chat-pin": ({405}, NOT_FOUND),
     "chat-delete": ({405}, NOT_FOUND),
     "chat-inbound": ({405}, NOT_FOUND),
     "message-press": ({405}, NOT_FOUND),
@@ -126,7 +127,14 @@ def snapshot():
     return {
         "chats": sorted(
             Conversation.objects.values_list(
-                "public_id", "title", "archived", "mode", "inbound", "status", "agent_id"
+                "public_id",
+                "title",
+                "archived",
+                "pinned",
+                "mode",
+                "inbound",
+                "status",
+                "agent_id",
             )
         ),
         "turns": sorted(Conversation.objects.values_list("public_id", "turns__state")),
