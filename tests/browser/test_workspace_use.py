@@ -62,13 +62,13 @@ def test_the_diff_shows_before_the_ok_and_the_step_opens_to_it_after(
     expect(request.locator(".diff .line.is-add")).to_have_text("+new")
     expect(request.locator(".diff .line.is-same").last).to_have_text(" <script>x</script>")
     assert (workspace / "notes.md").read_text().startswith("# Notes\nold line")
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
 
     expect(request.locator("pre.command")).to_have_text("cat notes.md")
     expect(request.locator(".command-preview .folder")).to_have_attribute(
         "title", str(workspace.resolve())
     )
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("#transcript .msg.from-assistant")).to_have_text("Done.")
 
     edit, command = page.locator("#transcript .step").all()

@@ -64,7 +64,7 @@ def test_the_request_offers_three_answers_each_with_its_key(signed_in, owner, ag
     box = controls(signed_in, chat)
 
     assert 'id="approve-button" data-key="a" aria-keyshortcuts="A">Approve <kbd' in box
-    assert 'id="always-button" data-key="s" aria-keyshortcuts="S">Approve, and don' in box
+    assert 'id="always-button" data-key="s" aria-keyshortcuts="S"><span>Approve, and don' in box
     assert '<span class="always-what" hx-disable>write_file</span> in this chat' in box
     assert 'name="always" value="1"' in box
     assert 'id="deny-button" data-key="d" aria-keyshortcuts="D">Deny <kbd' in box
@@ -238,3 +238,17 @@ def test_the_diffs_colours_are_the_replies_code_colours():
     css = (Path(__file__).resolve().parents[2] / "static" / "diff.css").read_text()
     assert css.endswith(diff_code_css())
     assert ".diff-view .src .k {" in css
+
+
+def test_dont_ask_again_is_not_offered_for_a_command_holding_a_key(
+    signed_in, owner, agent, workspace
+):
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8J9k0L1m2"
+    chat = asking_chat(
+        owner, workspace, {"tool": "run_command", "args": {"command": f"deploy {key}"}}
+    )
+
+    box = controls(signed_in, chat)
+
+    assert 'id="always-button"' not in box
+    assert key not in box
