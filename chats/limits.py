@@ -59,6 +59,7 @@ class Limits:
     url_chars: int = 2_000  # fetch_page's address
     page_text_chars: int = 3_000  # one fetch_page answer; its frame and fence fit the rest
     page_redirects: int = 5
+    deny_reason_chars: int = 1_000  # the person's reason for a Deny, which the model reads
     # What a file change shows the person (before an OK, and after the step ran).
     diff_file_bytes: int = 200_000  # a file larger than this is not read for a diff
     diff_shown_chars: int = 12_000  # one file's diff, or a new file's words, as shown

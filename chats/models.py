@@ -455,6 +455,40 @@ class Turn(models.Model):
         return self.ended_at is None
 
 
+class StandingOk(models.Model):
+    """The person's "don't ask again" in one chat: a tool, or for a command, how it starts.
+
+    Belongs to one chat and goes with it; a change of the chat's mode clears them all
+    (``chats.runtime.standing``, which also says when one is honoured).
+    """
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="standing_oks"
+    )
+    tool = models.CharField(max_length=64)
+    command = models.CharField(
+        max_length=1024,
+        blank=True,
+        help_text="For a command: the words it starts with, or (with whole) all its words; "
+        "empty for any use of the tool.",
+    )
+    whole = models.BooleanField(
+        default=False, help_text="The command's words are the whole command, not its start."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "tool", "command", "whole"], name="standing_ok_per_chat"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}: {self.tool} {self.command}".strip()
+
+
 class Effect(models.TextChoices):
     READ = "read", "read"
     WRITE = "write", "write"

@@ -23,6 +23,7 @@ __all__ = [
     "NO_FOLDER_OF_ITS_OWN",
     "REFUSALS",
     "SAID_NO",
+    "SAID_NO_BECAUSE",
     "for_person",
 ]
 
@@ -71,6 +72,8 @@ class Refusal:
 
 
 SAID_NO = Refusal("The person said no to this.", "Not run: you said no.")
+# A Deny with the person's reason, which the model reads as the step's result.
+SAID_NO_BECAUSE = Refusal("The person denied this: {reason}", "Not run: you said no.")
 NOT_OFFERED = Refusal(
     "The tool {tool!r} isn't offered to this chat.",
     "Not run: {tool} isn't one of this chat's tools.",
@@ -99,6 +102,7 @@ NOT_OFFERED_NOW = Refusal(
 )
 REFUSALS = (
     SAID_NO,
+    SAID_NO_BECAUSE,
     NOT_IN_SET,
     NO_FOLDER_OF_ITS_OWN,
     IN_PLAN_MODE_NOW,

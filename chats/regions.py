@@ -20,10 +20,12 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from chats import cards, events, hooks
+from chats.limits import LIMITS
 from chats.models import Conversation, Inbound, Mode, Status, Turn, TurnState
 from chats.runtime import selectors
+from chats.runtime.standing import standing_ok_offer, standing_oks_paused_why
 from chats.runtime.turns import again_refusal
-from chats.tools.registry import THINKING
+from chats.tools.registry import THINKING, ToolError, get_tool
 
 PAGE = "workspace.html"
 
@@ -140,6 +142,34 @@ def chat_context(*, conversation: Conversation) -> dict[str, Any]:
         "asked": conversation.status == Status.NEEDS_YOU and pending is None,
         "tasks": selectors.chat_tasks(conversation=conversation),
         "modes": Mode.choices,
+        **allowed_context(conversation=conversation, pending=pending),
+    }
+
+
+@dataclass(frozen=True)
+class AlwaysOffer:
+    """The request's "don't ask again": what it would cover, or why it isn't offered."""
+
+    what: str = ""
+    why_not: str = ""
+
+
+def allowed_context(*, conversation: Conversation, pending: Turn | None) -> dict[str, Any]:
+    """The chat's standing OKs, whether they are used now, and what the request offers."""
+    offer = None
+    if pending is not None and pending.pending_action:
+        try:
+            tool = get_tool(pending.pending_action["tool"])
+        except ToolError:
+            pass  # a tool no longer registered: Approve says so, and nothing is offered
+        else:
+            scope, why = standing_ok_offer(conversation, tool, pending.pending_action["raw_args"])
+            offer = AlwaysOffer(what=scope.for_person()) if scope else AlwaysOffer(why_not=why)
+    return {
+        "allowed": selectors.chat_allowed(conversation=conversation),
+        "allowed_paused": standing_oks_paused_why(conversation),
+        "always": offer,
+        "deny_reason_chars": LIMITS.deny_reason_chars,
     }
 
 

@@ -22,6 +22,11 @@ urlpatterns = [
     path("c/<str:public_id>/edit/", views.chat_edit, name="chat-edit"),
     path("c/<str:public_id>/approve/", views.chat_approve, name="chat-approve"),
     path("c/<str:public_id>/deny/", views.chat_deny, name="chat-deny"),
+    path(
+        "c/<str:public_id>/allowed/<int:ok_id>/take-back/",
+        views.chat_allowed_take_back,
+        name="chat-allowed-take-back",
+    ),
     path("c/<str:public_id>/mode/", views.chat_mode, name="chat-mode"),
     path("c/<str:public_id>/rename/", views.chat_rename, name="chat-rename"),
     path("c/<str:public_id>/archive/", views.chat_archive, name="chat-archive"),

@@ -40,6 +40,7 @@ from chats.runtime.connect import (
     model_connected,
     model_try,
 )
+from chats.runtime.standing import standing_ok_take_back
 from chats.runtime.turns import (
     conversation_delete,
     conversation_stop,
@@ -304,9 +305,12 @@ def _pending_turn_for(chat: Conversation, request: HtmxHttpRequest):
 @login_required
 @require_POST
 def chat_approve(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
+    """Approve; with ``always``, and don't ask again in this chat (chats/runtime/standing.py)."""
     chat = get_chat_for_user(request, public_id)
     try:
-        turn_approve(turn=_pending_turn_for(chat, request))
+        turn_approve(
+            turn=_pending_turn_for(chat, request), always=request.POST.get("always") == "1"
+        )
     except ConchError as exc:
         return respond_refused(request, chat, str(exc))
     return respond_done(request, chat)
@@ -315,11 +319,21 @@ def chat_approve(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def chat_deny(request: HtmxHttpRequest, public_id: str) -> HttpResponse:
+    """Deny, with the person's reason if they gave one: the model reads it."""
     chat = get_chat_for_user(request, public_id)
     try:
-        turn_deny(turn=_pending_turn_for(chat, request))
+        turn_deny(turn=_pending_turn_for(chat, request), reason=request.POST.get("reason", ""))
     except ConchError as exc:
         return respond_refused(request, chat, str(exc))
+    return respond_done(request, chat)
+
+
+@login_required
+@require_POST
+def chat_allowed_take_back(request: HtmxHttpRequest, public_id: str, ok_id: int) -> HttpResponse:
+    """Take back one of the chat's standing OKs: it asks again from its next step."""
+    chat = get_chat_for_user(request, public_id)
+    standing_ok_take_back(conversation=chat, ok_id=ok_id)
     return respond_done(request, chat)
 
 

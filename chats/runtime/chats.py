@@ -28,6 +28,7 @@ from chats.models import (
     Turn,
 )
 from chats.quoting import scrub_secrets
+from chats.runtime.standing import standing_oks_clear_locked
 from chats.taint import taint_raise
 
 ERR_TITLE_TOO_LONG = "A chat's title is at most {chars} characters."
@@ -176,6 +177,9 @@ def conversation_set_mode(*, conversation: Conversation, mode: str) -> Conversat
         raise ConchError(f"The mode must be one of: {', '.join(Mode.values)}.")
     with transaction.atomic():
         conversation = Conversation.objects.lock(conversation.pk)
+        if conversation.mode != mode:
+            # The person's "don't ask again" was for the chat as it was: a new mode starts afresh.
+            standing_oks_clear_locked(conversation=conversation)
         conversation.mode = mode
         conversation.save(update_fields=["mode", "updated_at"])
         events.publish_chat(conversation)

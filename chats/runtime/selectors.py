@@ -14,12 +14,14 @@ from chats.models import (
     EntryKind,
     EntryRole,
     QueuedInput,
+    StandingOk,
     Status,
     Step,
     Task,
     Turn,
     TurnState,
 )
+from chats.runtime.standing import scope_of
 
 
 @dataclass(frozen=True)
@@ -350,6 +352,22 @@ def chat_pending_turn(*, conversation: Conversation) -> Turn | None:
         .order_by("-number")
         .first()
     )
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """One standing OK as the chat page lists it, with its Take back."""
+
+    id: int
+    what: str  # the tool, or the command's start, in the person's words
+
+
+def chat_allowed(*, conversation: Conversation) -> list[Allowed]:
+    """The chat's standing OKs, oldest first. One query."""
+    return [
+        Allowed(ok.pk, scope_of(ok).for_person())
+        for ok in StandingOk.objects.filter(conversation=conversation)
+    ]
 
 
 def chat_queued(*, conversation: Conversation) -> list[QueuedInput]:

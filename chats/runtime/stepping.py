@@ -36,8 +36,15 @@ from chats.models import (
     TurnState,
 )
 from chats.quoting import known_secrets, scrub_secrets
-from chats.refusals import IN_PLAN_MODE_NOW, NOT_OFFERED, NOT_OFFERED_NOW, SAID_NO
+from chats.refusals import (
+    IN_PLAN_MODE_NOW,
+    NOT_OFFERED,
+    NOT_OFFERED_NOW,
+    SAID_NO,
+    SAID_NO_BECAUSE,
+)
 from chats.runtime.chats import ConchError, entry_append
+from chats.runtime.standing import standing_ok_covers
 from chats.runtime.turns import (
     ERR_COMMAND_REPLY_ENDED,
     ERR_COMMAND_STOPPED,
@@ -462,7 +469,8 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
         # must_ask reads the chat as it is now: a wait's wake or a message may have tainted
         # it in another process since this step began (issue 13 item 1).
         conversation = Conversation.objects.lock(conversation.pk)
-        if tool.must_ask(conversation):
+        # A standing OK answers only an ask of Ask mode in a chat that is the person's alone.
+        if tool.must_ask(conversation) and not standing_ok_covers(conversation, tool, args):
             preview = _preview(turn, conversation, tool, args)
             if not _still_mine(turn.pk, worker):
                 return Advance(False)
@@ -513,11 +521,12 @@ def _play_answered(turn: Turn, worker: str, pending: dict[str, Any]) -> Advance:
     if pending["answer"] == "approved":
         _run_step(turn, worker, tool, pending["raw_args"], state_after, clear_pending=True)
     else:
+        reason = str(pending.get("reason") or "")
         _record_refused_step(
             turn,
             worker,
             ToolCall(tool.name, pending["raw_args"]),
-            SAID_NO.for_model(),
+            SAID_NO_BECAUSE.for_model(reason=reason) if reason else SAID_NO.for_model(),
             state_after,
             clear_pending=True,
         )

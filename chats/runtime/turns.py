@@ -42,6 +42,8 @@ from chats.runtime.chats import (
     entry_append,
 )
 from chats.runtime.lanes import lane_lock
+from chats.runtime.standing import ERR_NOT_OFFERED, standing_ok_give_locked, standing_ok_offer
+from chats.tools.registry import get_tool
 from conch.rows import model_insert
 
 log = logging.getLogger(__name__)
@@ -443,15 +445,31 @@ def conversation_stop(
         return turn
 
 
-def turn_approve(*, turn: Turn) -> Turn:
-    return _answer_pending(turn, approved=True)
+def turn_approve(*, turn: Turn, always: bool = False) -> Turn:
+    """The person's OK for the request the reply waits on. ``always``: and don't ask again
+    in this chat for this tool, or for a command, for how it starts (chats/runtime/standing.py)."""
+    return _answer_pending(turn, answer=ANSWER_ALWAYS if always else ANSWER_APPROVED)
 
 
-def turn_deny(*, turn: Turn) -> Turn:
-    return _answer_pending(turn, approved=False)
+def turn_deny(*, turn: Turn, reason: str = "") -> Turn:
+    """The person's no, with their reason if they gave one: the model reads it as the step's result."""
+    reason = (reason or "").strip()
+    if len(reason) > LIMITS.deny_reason_chars:
+        raise ConchError(ERR_REASON_TOO_LONG)
+    return _answer_pending(turn, answer=ANSWER_DENIED, reason=reason)
 
 
-def _answer_pending(turn: Turn, *, approved: bool) -> Turn:
+ANSWER_APPROVED, ANSWER_ALWAYS, ANSWER_DENIED = "approved", "always", "denied"
+# Each press, as the transcript keeps it for the person (a card: the model never reads it).
+SAID_APPROVED = "You approved"
+SAID_ALWAYS = "You approved and won't be asked again for {what} in this chat"
+SAID_DENIED = "You denied it"
+SAID_DENIED_BECAUSE = "You denied: {reason}"
+ANSWER_CARD = "answer"
+ERR_REASON_TOO_LONG = f"A reason is at most {LIMITS.deny_reason_chars:,} characters."
+
+
+def _answer_pending(turn: Turn, *, answer: str, reason: str = "") -> Turn:
     with transaction.atomic():
         conversation = Conversation.objects.lock(turn.conversation_id)
         turn = Turn.objects.get(pk=turn.pk)
@@ -461,11 +479,33 @@ def _answer_pending(turn: Turn, *, approved: bool) -> Turn:
             or turn.ended_at is not None
         ):
             raise ConchError(ERR_NOTHING_TO_APPROVE)
-        pending = {**turn.pending_action, "answer": "approved" if approved else "denied"}
+        said = SAID_APPROVED
+        if answer == ANSWER_ALWAYS:
+            tool = get_tool(turn.pending_action["tool"])
+            scope, why = standing_ok_offer(conversation, tool, turn.pending_action["raw_args"])
+            if scope is None:
+                raise ConchError(ERR_NOT_OFFERED.format(why=why))
+            standing_ok_give_locked(conversation=conversation, scope=scope)
+            said = SAID_ALWAYS.format(what=scope.for_person())
+        elif answer == ANSWER_DENIED:
+            said = SAID_DENIED_BECAUSE.format(reason=reason) if reason else SAID_DENIED
+        pending = {
+            **turn.pending_action,
+            "answer": ANSWER_DENIED if answer == ANSWER_DENIED else ANSWER_APPROVED,
+            "reason": reason,
+        }
         Turn.objects.filter(pk=turn.pk).update(
             state=TurnState.RUNNING, pending_action=pending, claimed_by=""
         )
         turn.state, turn.pending_action = TurnState.RUNNING, pending
+        entry_append(
+            conversation=conversation,
+            role=EntryRole.CONCH,
+            kind=EntryKind.CARD,
+            turn=turn,
+            text=said,
+            data={"card": ANSWER_CARD, "answer": answer, "tool": pending["tool"]},
+        )
         conversation.status = Status.WORKING
         conversation.save(update_fields=["status", "updated_at"])
         events.publish_chat(conversation, events.STATUS, turn=turn.number, answer=pending["answer"])

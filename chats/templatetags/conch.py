@@ -12,11 +12,11 @@ from pathlib import PurePosixPath
 from django import template
 from django.utils import timezone
 
-from chats import regions
+from chats import diffview, regions
+from chats.diffview import DiffView
 from chats.limits import LIMITS
 from chats.models import Origin
 from chats.runtime import selectors
-from chats.tools import diffs
 from chats.tools.registry import ToolError, abilities, get_tool, tools_offered
 from chats.toolsets import ToolSet, tool_set_for
 
@@ -182,9 +182,9 @@ def _joined(words: list[str]) -> str:
 
 
 @register.filter
-def diff_lines(text: str) -> list[diffs.DiffLine]:
-    """A unified diff's lines, each with its kind, for the page to colour; the words stay text."""
-    return diffs.diff_lines(text)
+def diff_view(change: dict) -> DiffView:
+    """A change's lines, numbered and coloured, in both layouts (chats/diffview.py); words stay text."""
+    return diffview.diff_view(change)
 
 
 @register.filter

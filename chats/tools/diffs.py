@@ -11,7 +11,6 @@ them as text, escaped like every other word.
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
 
 from chats.limits import LIMITS
 from chats.quoting import scrub_secrets
@@ -63,28 +62,3 @@ def change_record(
         record["note"] = NOTE_CUT.format(limit=LIMITS.diff_shown_chars)
     record["text"] = text
     return record
-
-
-@dataclass(frozen=True)
-class DiffLine:
-    """One line of a diff as the page colours it: ``add``, ``del``, ``hunk``, ``file`` or ``same``."""
-
-    kind: str
-    text: str
-
-
-def diff_lines(text: str) -> list[DiffLine]:
-    lines = []
-    for line in (text or "").splitlines():
-        if line.startswith(("+++", "---")):
-            kind = "file"
-        elif line.startswith("@@"):
-            kind = "hunk"
-        elif line.startswith("+"):
-            kind = "add"
-        elif line.startswith("-"):
-            kind = "del"
-        else:
-            kind = "same"
-        lines.append(DiffLine(kind, line))
-    return lines

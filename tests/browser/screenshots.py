@@ -283,7 +283,7 @@ def photograph(
         page.emulate_media(color_scheme="light", reduced_motion="reduce")
         page.goto(f"{base}/c/{asking_id}/")
         expect(page.locator("body")).to_have_attribute("data-socket", "open")
-        asking = page.get_by_role("button", name="Approve")
+        asking = page.get_by_role("button", name="Approve", exact=True)
         asking.scroll_into_view_if_needed()
         page.screenshot(path=str(out / "ask-diff-light.png"))
         print(f"wrote {out}/ask-diff-light.png")

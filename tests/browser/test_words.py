@@ -264,7 +264,7 @@ def test_deny_reads_in_the_persons_words_and_a_stop_is_told_once(
     sign_in(tab)
     open_chat(tab, conch_server, chat)
     send(page, "Write a.txt")
-    page.get_by_role("button", name="Deny").click()
+    page.get_by_role("button", name="Deny", exact=True).click()
 
     expect(page.locator("#transcript .step-error")).to_have_text("Not run: you said no.")
     expect(page.locator("#transcript")).not_to_contain_text("The person said no")

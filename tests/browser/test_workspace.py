@@ -177,7 +177,7 @@ def test_approving_a_request_that_needs_you(tab, sign_in, conch_server, owner, a
     expect(row(page, chat).locator(".badge")).to_have_text("needs you")
     assert not (workspace / "hello.txt").exists()
 
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
 
     expect(page.locator("#transcript .step .files li")).to_have_text("hello.txt")
     expect(page.locator("#transcript .msg.from-assistant")).to_have_text("Done.")

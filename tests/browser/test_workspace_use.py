@@ -58,17 +58,19 @@ def test_the_diff_shows_before_the_ok_and_the_step_opens_to_it_after(
     page.get_by_label("Message").press("Enter")
 
     request = page.locator(".request")
-    expect(request.locator(".diff .line.is-del")).to_have_text("-old line")
-    expect(request.locator(".diff .line.is-add")).to_have_text("+new")
-    expect(request.locator(".diff .line.is-same").last).to_have_text(" <script>x</script>")
+    # At this width, before beside after (tests/browser/test_approvals.py has both layouts).
+    diff = request.locator(".diff-split")
+    expect(diff.locator(".src.is-del")).to_have_text("old line")
+    expect(diff.locator(".src.is-add")).to_have_text("new")
+    expect(diff.locator(".src.is-same").last).to_have_text("<script>x</script>")
     assert (workspace / "notes.md").read_text().startswith("# Notes\nold line")
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
 
     expect(request.locator("pre.command")).to_have_text("cat notes.md")
     expect(request.locator(".command-preview .folder")).to_have_attribute(
         "title", str(workspace.resolve())
     )
-    page.get_by_role("button", name="Approve").click()
+    page.get_by_role("button", name="Approve", exact=True).click()
     expect(page.locator("#transcript .msg.from-assistant")).to_have_text("Done.")
 
     edit, command = page.locator("#transcript .step").all()
@@ -80,8 +82,8 @@ def test_the_diff_shows_before_the_ok_and_the_step_opens_to_it_after(
     # The ± chip of the edit opens its diff, and focus goes to it.
     expect(edit.locator(".file-change")).not_to_be_visible()
     edit.locator(".files a.file-chip").click()
-    expect(edit.locator(".file-change .line.is-add")).to_be_visible()
-    expect(edit.locator(".file-change .line.is-add")).to_have_text("+new")
+    expect(edit.locator(".file-change .src.is-add")).to_be_visible()
+    expect(edit.locator(".file-change .src.is-add")).to_have_text("new")
     assert re.fullmatch(r"step-\d+-file-1", focused_id(page))
     # Nothing a file said ran as markup.
     assert page.evaluate("document.querySelectorAll('#transcript script').length") == 0
@@ -108,11 +110,13 @@ def test_an_opened_step_stays_open_while_the_reply_goes_on(
     page.get_by_label("Message").press("Enter")
     first = page.locator("#transcript .step").first
     first.locator("summary").click()
-    expect(first.locator(".file-change pre")).to_have_text("made")
+    expect(first.locator(".file-change .diff-new .src")).to_have_text("made")
 
     expect(page.locator("#transcript .msg.from-assistant")).to_have_text("Done.")
 
-    expect(page.locator("#transcript .step").first.locator(".file-change pre")).to_be_visible()
+    expect(
+        page.locator("#transcript .step").first.locator(".file-change .diff-new .src")
+    ).to_be_visible()
 
 
 # ---------------------------------------------------------------------------

@@ -332,6 +332,7 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
         "/static/conch.css",
         "/static/words.css",
         "/static/code.css",
+        "/static/diff.css",
         "/static/vendor/htmx-2.0.11.min.js",
         "/static/vendor/htmx-ext-ws-2.0.4.min.js",
         "/static/conch.js",
@@ -339,6 +340,7 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
         "/static/conch-keys.js",
         "/static/conch-steps.js",
         "/static/conch-code.js",
+        "/static/conch-approve.js",
     ]
     assert "//" not in " ".join(s for s in sources if s)
     root = Path(__file__).resolve().parents[2]

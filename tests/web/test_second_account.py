@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from chats.gateway.models import Binding, ChannelAccount, Routine
-from chats.models import Agent, Conversation, QueuedInput
+from chats.models import Agent, Conversation, QueuedInput, StandingOk
 from chats.runtime.turns import message_send
 from tests.factories import AgentFactory, ChatFactory, ChatMessageFactory, RoutineFactory
 from together.models import ChatMessage
@@ -42,6 +42,7 @@ EXPECTED: dict[str, tuple[set[int], set[int]]] = {
     "chat-edit": ({405}, NOT_FOUND),
     "chat-approve": ({405}, NOT_FOUND),
     "chat-deny": ({405}, NOT_FOUND),
+    "chat-allowed-take-back": ({405}, NOT_FOUND),
     "chat-mode": ({405}, NOT_FOUND),
     "chat-rename": ({405}, NOT_FOUND),
     "chat-archive": ({405}, NOT_FOUND),
@@ -110,6 +111,7 @@ def owners_things(owner, agent):
     card = ChatMessageFactory(sender=other, receiver=chat)
     routine = RoutineFactory(owner=owner, name=SECRET_ROUTINE)
     binding = Binding.objects.create(agent=agent, channel="telegram")
+    allowed = StandingOk.objects.create(conversation=chat, tool="write_file")
     ChannelAccount.objects.create(owner=owner, channel="telegram", account_id="ownersbot")
     return {
         "public_id": chat.public_id,
@@ -117,6 +119,7 @@ def owners_things(owner, agent):
         "queued_id": QueuedInput.objects.get(conversation=chat).pk,
         "message_id": card.message_id,
         "binding_id": binding.pk,
+        "ok_id": allowed.pk,
         "account": "ownersbot",
         "token": "not-a-token",
     }
@@ -144,6 +147,7 @@ def snapshot():
         "agents": sorted(Agent.objects.values_list("pk", "engine", "engine_config", "owner_id")),
         "routines": sorted(Routine.objects.values_list("pk", "name", "paused", "agent_id")),
         "bindings": sorted(Binding.objects.values_list("pk", "agent_id", "channel")),
+        "allowed": sorted(StandingOk.objects.values_list("pk", "conversation_id", "tool")),
     }
 
 

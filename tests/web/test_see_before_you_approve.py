@@ -3,6 +3,7 @@ after a step runs it opens to show what it said and the diff of each file it cha
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -38,6 +39,26 @@ def request_box(html: str) -> str:
     return html[start : html.index('<div class="actions">', start)]
 
 
+ROW = re.compile(
+    r'<div class="dl is-(\w+)"><span class="ln">(\d*)</span><span class="ln">(\d*)</span>'
+    r'<span class="src">(.*?)</span></div>\n'
+)
+NEW_ROW = re.compile(
+    r'<div class="dl"><span class="ln">(\d+)</span><span class="src">(.*?)</span></div>\n'
+)
+
+
+def words(markup: str) -> str:
+    """A line's words as the person reads them: its colours' tags taken off, its escapes undone."""
+    return html.unescape(re.sub(r"<[^>]*>", "", markup))
+
+
+def unified_rows(box: str) -> list[tuple[str, str, str, str]]:
+    """The unified layout's rows: (kind, number before, number after, words with their sign)."""
+    unified = box[box.index('<div class="diff-unified">') : box.index('<div class="diff-split">')]
+    return [(kind, old, new, words(src)) for kind, old, new, src in ROW.findall(unified)]
+
+
 def test_a_new_file_shows_its_words_before_the_ok(signed_in, owner, workspace):
     chat = asking(
         owner,
@@ -48,7 +69,11 @@ def test_a_new_file_shows_its_words_before_the_ok(signed_in, owner, workspace):
     box = request_box(page(signed_in, chat))
 
     assert "New file</span> <code>notes.md</code>" in box
-    assert '<pre class="file-words" tabindex="0"># Notes\n&lt;b&gt;bold&lt;/b&gt;\n</pre>' in box
+    assert [(n, words(src)) for n, src in NEW_ROW.findall(box)] == [
+        ("1", "# Notes"),
+        ("2", "<b>bold</b>"),
+    ]
+    assert "&lt;b&gt;bold&lt;/b&gt;" in box  # text, never a tag
     assert not (workspace / "notes.md").exists()
 
 
@@ -63,11 +88,13 @@ def test_replacing_a_file_shows_the_diff_against_what_it_holds(signed_in, owner,
     box = request_box(page(signed_in, chat))
 
     assert "Changes to</span> <code>notes.md</code>" in box
-    assert '<span class="line is-file">--- a/notes.md</span>' in box
-    assert '<span class="line is-hunk">@@ -1,3 +1,3 @@</span>' in box
-    assert '<span class="line is-same"> one</span>' in box
-    assert '<span class="line is-del">-two</span>' in box
-    assert '<span class="line is-add">+2</span>' in box
+    assert unified_rows(box) == [
+        ("hunk", "", "", "@@ -1,3 +1,3 @@"),
+        ("same", "1", "1", " one"),
+        ("del", "2", "", "-two"),
+        ("add", "", "2", "+2"),
+        ("same", "3", "3", " three"),
+    ]
     assert (workspace / "notes.md").read_text() == "one\ntwo\nthree\n"
 
 
@@ -87,11 +114,12 @@ def test_an_edit_shows_its_old_and_new_in_the_files_context(signed_in, owner, wo
     assert pending["preview"]["text"] == expected
     box = request_box(page(signed_in, chat))
     # Three lines of context either side, as difflib gives them.
-    assert '<span class="line is-hunk">@@ -7,7 +7,7 @@</span>' in box
-    assert '<span class="line is-same"> line 7</span>' in box
-    assert '<span class="line is-del">-line 10</span>' in box
-    assert '<span class="line is-add">+line ten</span>' in box
-    assert "line 6<" not in box
+    rows = unified_rows(box)
+    assert rows[:2] == [("hunk", "", "", "@@ -7,7 +7,7 @@"), ("same", "7", "7", " line 7")]
+    assert ("del", "10", "", "-line 10") in rows
+    assert ("add", "", "10", "+line ten") in rows
+    assert rows[-1] == ("same", "13", "13", " line 13")
+    assert all(" line 6" != row[3] for row in rows)
 
 
 def test_an_edit_that_would_fail_says_so_before_the_ok(signed_in, owner, workspace):
