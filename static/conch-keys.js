@@ -8,7 +8,8 @@
  * - A menu (<details class="menu">) closed after its form was answered
  *   (data-closes-details, as Rename) gives focus back to its summary.
  * - A region pushed again over the socket keeps the focus on the control
- *   that had it (found again by its id), so a push never drops it to the page.
+ *   that had it (found again by its id), so a push never drops it to the page,
+ *   and the words typed into its boxes (a deny's reason, an edited message).
  * - Escape closes the open menu it is in, or any open menu, and focuses its summary.
  * - Shortcuts: Ctrl+K or / searches, Shift+Esc goes to the message box, Ctrl+Shift+O
  *   starts a new chat, ? lists them (the dialog #shortcuts in base.html).
@@ -66,13 +67,36 @@
 
   var refocus = null; // the id of the focused control inside a region being replaced
 
+  // And the words typed into a box of a region being replaced (a deny's reason, an
+  // edited message): found again by the box's id, they are put back, caret and all.
+  var typed = {}; // id -> {value, start, end}
+
   body.addEventListener('htmx:oobBeforeSwap', function (evt) {
     var target = evt.detail.target;
     var active = document.activeElement;
     if (target && active && active !== body && active.id && target.contains(active)) {
       refocus = active.id;
     }
+    if (!target || !target.querySelectorAll) { return; }
+    target.querySelectorAll('textarea[id], input[id]:not([type]), input[id][type=text]').forEach(function (box) {
+      if (box.value !== box.defaultValue) {
+        typed[box.id] = { value: box.value, start: box.selectionStart, end: box.selectionEnd };
+      }
+    });
   });
+
+  function typedAgain() {
+    Object.keys(typed).forEach(function (id) {
+      var box = document.getElementById(id);
+      var kept = typed[id];
+      delete typed[id];
+      if (!box || box.value === kept.value) { return; }
+      box.value = kept.value;
+      if (kept.start !== null && box.setSelectionRange) {
+        box.setSelectionRange(kept.start, kept.end);
+      }
+    });
+  }
 
   function focusAgain(id) {
     var again = document.getElementById(id);
@@ -81,6 +105,7 @@
   }
 
   body.addEventListener('htmx:oobAfterSwap', function () {
+    typedAgain();
     if (!refocus) { return; }
     var id = refocus;
     refocus = null;

@@ -192,7 +192,7 @@ def test_a_chat_that_needs_you_rises_to_the_top_and_falls_back_once_answered(
     expect(group_rows(second.page, "needs-you")).to_have_text(["Asks first"])
     assert shown_groups(second.page) == shown_groups(third.page) == shown_groups(first.page)
 
-    first.page.get_by_role("button", name="Approve").click()
+    first.page.get_by_role("button", name="Approve", exact=True).click()
 
     expect(first.page.locator("#transcript .msg.from-assistant")).to_have_text("Done.")
     expect(second.page.locator("#group-needs-you")).to_be_hidden()

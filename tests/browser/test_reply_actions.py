@@ -161,3 +161,33 @@ def test_while_the_model_asks_us_to_wait_the_page_says_how_long(
     expect(wait).to_have_text("The model asked us to wait 2 s. Conch tries again then.")
     expect(page.locator("#reply-1 .msg.from-assistant")).to_have_text("Done waiting.")
     expect(wait).to_have_count(0)
+
+
+def test_words_typed_into_the_edit_box_outlive_a_push_of_the_transcript(
+    tab, sign_in, conch_server, answered, browser_context
+):
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, answered)
+    send(page, "Write the plan")
+    reply = page.locator("#reply-1")
+    expect(reply.locator(".reply-end")).to_contain_text("done")
+    reply.locator(".edit-prompt summary").click()
+    box = reply.get_by_label("Edited words")
+    box.fill("Write the plan, in three steps")
+    page.evaluate(
+        "document.body.addEventListener('htmx:oobAfterSwap', e => {"
+        " if (e.detail.target.id === 'transcript') window.pushed = true; })"
+    )
+
+    # Another tab renames the chat: every region of this one is pushed again.
+    other = browser_context.new_page()
+    other.goto(f"{conch_server.url}/c/{answered.public_id}/")
+    other.locator("#rename-menu summary").click()
+    other.get_by_label("New title").fill("The plan, renamed")
+    other.get_by_role("button", name="Save").click()
+
+    page.wait_for_function("() => window.pushed === true")
+    expect(reply.locator(".edit-prompt")).to_have_attribute("open", "")
+    expect(box).to_have_value("Write the plan, in three steps")
+    expect(box).to_be_focused()
