@@ -2,12 +2,16 @@
 
 One path, three maintained libraries:
 
-1. ``markdown-it-py`` parses CommonMark plus tables and strikethrough, with raw
+1. ``markdown-it-py`` parses CommonMark plus tables, strikethrough and task lists
+   (``- [x]``, shown as check boxes the person cannot tick), with raw
    HTML off (a ``<script>`` in a reply is text) and ``linkify-it-py`` turning bare
    addresses into links: only those written with a scheme or ``www.``, never a file
    name that looks like a domain (:func:`_linkify_strict`). Its own link check already refuses ``javascript:``,
    ``vbscript:``, ``file:`` and ``data:`` links. Images are off: a reply never
    makes the page fetch anything (an image's address can carry what it read out).
+   ``$…$`` and ``$$…$$`` are maths (mdit-py-plugins' dollarmath, with Pandoc's rule
+   that a dollar amount is not: "$5 and $10" stays words), turned into MathML here by
+   ``latex2mathml``, so the browser draws it and the page needs no script (:func:`_maths`).
 2. Pygments colours a fenced block whose language it knows, as classes only
    (the page's CSP forbids inline styles; ``static/code.css`` holds the colours).
 3. ``nh3`` (Ammonia) cleans the result against a short list of tags, attributes,
@@ -21,11 +25,17 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from functools import cache
+from typing import Any
+from xml.etree.ElementTree import tostring
 
 import nh3
+from latex2mathml.converter import convert_to_element
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
+from markdown_it.rules_core import StateCore
+from mdit_py_plugins.dollarmath import dollarmath_plugin
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
@@ -34,20 +44,63 @@ from pygments.util import ClassNotFound
 
 __all__ = ["CODE_CSS_SCOPE", "clean", "code_css", "plain_text", "render_markdown"]
 
-# A reply's headings sit under the chat's h1 and the page's h2s.
-HEADING_SHIFT = 2
+# A reply's headings sit under the chat's h1 and the transcript's h2: its top level is h3.
+TOP_HEADING = 3
+# The longest formula turned into MathML, and the most of a reply's words that are: past
+# them, formulas show as their source. A formula is a line or a few, and a long one
+# costs latex2mathml some 60 ms: a reply of nothing but formulas renders in under a
+# second, each time its words stream in, and never holds the page up.
+MATHS_MAX_CHARS = 2_000
+MATHS_BUDGET_CHARS = 20_000
 # Where the highlighted code's colours apply (static/code.css).
 CODE_CSS_SCOPE = ".md pre.code"
 
+# What latex2mathml writes (read from its converter), less what would let a reply
+# link, style or colour anything: \href and \class and \style give an mrow an href,
+# a class or a style; \color and \colorbox a colour that could hide words in the
+# page's background or be unreadable in the other theme.
+MATHML_ATTRIBUTES = {
+    "math": {"display"},
+    "menclose": {"notation"},
+    "mfrac": {"linethickness"},
+    "mi": {"mathvariant"},
+    "mn": set(),
+    "mo": {
+        "accent", "fence", "form", "largeop", "lspace", "mathvariant", "maxsize",
+        "minsize", "movablelimits", "rspace", "separator", "stretchy",
+    },
+    "mover": {"accent"},
+    "mpadded": {"depth", "height", "lspace", "voffset", "width"},
+    "mphantom": set(),
+    "mroot": set(),
+    "mrow": {"movablelimits"},
+    "mspace": {"depth", "height", "linebreak", "width"},
+    "msqrt": set(),
+    "mstyle": {"displaystyle", "mathsize", "scriptlevel"},
+    "msub": set(),
+    "msubsup": set(),
+    "msup": set(),
+    "mtable": {"columnlines", "columnspacing", "displaystyle", "rowlines", "rowspacing"},
+    "mtd": {"columnalign"},
+    "mtext": {"mathvariant"},
+    "mtr": set(),
+    "munder": set(),
+    "munderover": set(),
+}  # fmt: skip
 TAGS = {
     "p", "br", "hr", "h3", "h4", "h5", "h6", "strong", "em", "s", "del",
     "code", "pre", "span", "blockquote", "ul", "ol", "li",
-    "table", "thead", "tbody", "tr", "th", "td", "a",
+    "table", "thead", "tbody", "tr", "th", "td", "a", "label", "input",
+    *MATHML_ATTRIBUTES,
 }  # fmt: skip
 ATTRIBUTES = {
     "a": {"href", "title"},
     "ol": {"start"},
     "code": {"data-lang"},
+    # A task list's box: the cleaner also sets type and disabled on every input it
+    # keeps (:func:`clean`), so none is a text field, a button or a box to tick.
+    "input": {"checked", "disabled", "type"},
+    **{tag: names for tag, names in MATHML_ATTRIBUTES.items() if names},
 }
 ALIGN_CLASSES = {"align-left", "align-center", "align-right"}
 CLASSES = {
@@ -55,6 +108,9 @@ CLASSES = {
     "span": {name for name in STANDARD_TYPES.values() if name},
     "th": ALIGN_CLASSES,
     "td": ALIGN_CLASSES,
+    "ul": {"contains-task-list"},
+    "ol": {"contains-task-list"},
+    "li": {"task-list-item"},
 }
 SCHEMES = {"http", "https", "mailto"}
 LINK_REL = "noopener noreferrer nofollow"
@@ -101,6 +157,43 @@ def _linkify_strict(md: MarkdownIt) -> None:
     linkify.add(WWW, {"validate": validate, "normalize": normalize})
 
 
+def _mathml(latex: str, *, display: str, env: dict[str, int]) -> str:
+    """``latex`` as a ``<math>`` element, or ``""`` when latex2mathml can't read it.
+
+    latex2mathml's own ``convert`` un-escapes its whole output to turn its character
+    references into characters, and so turns ``\\text{</math><img …>}`` back into
+    markup. Here each text and attribute value is un-escaped on its own, and the tree
+    written out again, escaped: whatever the formula holds stays words inside it."""
+    left = env.setdefault("maths_chars_left", MATHS_BUDGET_CHARS)
+    if len(latex) > min(MATHS_MAX_CHARS, left):
+        return ""
+    env["maths_chars_left"] = left - len(latex)
+    try:
+        root = convert_to_element(latex, display=display)
+    except Exception:  # noqa: BLE001 - any formula it can't read shows as its source
+        # latex2mathml raises its own errors for a formula cut short ("x^"), and plain
+        # IndexError, KeyError or RecursionError for others: none may fail the page.
+        return ""
+    for element in root.iter():
+        element.text = html.unescape(element.text) if element.text else element.text
+        element.tail = html.unescape(element.tail) if element.tail else element.tail
+        for name, value in element.attrib.items():
+            element.attrib[name] = html.unescape(value)
+    return tostring(root, encoding="unicode", short_empty_elements=False)
+
+
+def _maths(self: Any, tokens: Sequence[Token], idx: int, _options: Any, env: Any) -> str:
+    """A formula as MathML the browser draws; one it can't read as the source, in code."""
+    token = tokens[idx]
+    block = token.type == "math_block"
+    latex = token.content.strip()
+    display = "inline" if token.type == "math_inline" else "block"
+    mathml = _mathml(latex, display=display, env=env)
+    if block:
+        return mathml + "\n" if mathml else _code_block(f"$$\n{latex}\n$$", "", "")
+    return mathml or f"<code>{html.escape(token.markup + latex + token.markup)}</code>"
+
+
 @cache
 def _parser() -> MarkdownIt:
     md = MarkdownIt(
@@ -110,16 +203,86 @@ def _parser() -> MarkdownIt:
     md.enable(["table", "strikethrough", "linkify"])
     md.disable("image")
     _linkify_strict(md)
+    # Pandoc's rule for what a dollar opens: no space inside either dollar, and no digit
+    # after the closing one, so "$5 and $10" are prices. No labels: they make links.
+    # "$$…$$" inside a paragraph is displayed too, as it is on a line of its own.
+    md.use(
+        dollarmath_plugin,
+        allow_labels=False,
+        allow_space=False,
+        allow_digits=False,
+        double_inline=True,
+    )
+    for kind in ("math_inline", "math_inline_double", "math_block"):
+        md.add_render_rule(kind, _maths)
+    md.core.ruler.after("inline", "task_lists", _task_lists)
     return md
 
 
+# "[ ]" or "[x]" and a space, at the start of a list item: GitHub's task list.
+TASK = re.compile(r"\[([ xX])\][ \t\n\v\f\r]+")
+
+
+def _task_lists(state: StateCore) -> None:
+    """A list item that starts with ``[ ]`` or ``[x]`` shows a check box the person cannot
+    tick, inside a label, so the item's words name it.
+
+    What mdit-py-plugins' tasklists plugin makes, in one pass: the plugin looks for each
+    item's list by walking back over every token before it, and a reply of 20,000 items
+    took 76 seconds to render, on every word that streamed in."""
+    tokens = state.tokens
+    lists: list[Token] = []  # the lists the token is in, innermost last
+    for index, token in enumerate(tokens):
+        if token.type in ("bullet_list_open", "ordered_list_open"):
+            lists.append(token)
+        elif token.type in ("bullet_list_close", "ordered_list_close"):
+            lists.pop()
+        elif (
+            token.type == "inline"
+            and lists
+            and tokens[index - 1].type == "paragraph_open"
+            and tokens[index - 2].type == "list_item_open"
+            and token.children
+            and token.children[0].type == "text"
+            and (found := TASK.match(token.children[0].content))
+        ):
+            first = token.children[0]
+            first.content = first.content[found.end() :]
+            checked = " checked" if found.group(1) in "xX" else ""
+            box = f'<label><input type="checkbox" disabled{checked}> '
+            token.children[:0] = [_html(box)]
+            token.children.append(_html("</label>"))
+            tokens[index - 2].attrSet("class", "task-list-item")
+            lists[-1].attrSet("class", "contains-task-list")
+
+
+def _html(markup: str) -> Token:
+    token = Token("html_inline", "", 0)
+    token.content = markup
+    return token
+
+
+def _heading_levels(tokens: list[Token]) -> None:
+    """Each heading at its depth in the reply's own outline, from h3 down, never skipping
+    a level: a reply that starts at ``##`` or jumps from ``#`` to ``###`` still reads
+    h3, h4, … in order under the page's h2, as screen readers list them."""
+    open_levels: list[int] = []  # the written levels of the headings this one sits under
+    for index, token in enumerate(tokens):
+        if token.type != "heading_open":
+            continue
+        written = int(token.tag[1])
+        while open_levels and open_levels[-1] >= written:
+            open_levels.pop()
+        open_levels.append(written)
+        token.tag = f"h{min(6, TOP_HEADING - 1 + len(open_levels))}"
+        tokens[index + 2].tag = token.tag  # heading_open, its inline words, heading_close
+
+
 def _rework(tokens: list[Token]) -> None:
-    """Headings one level under the page's; a table column's alignment as a class, not a style."""
+    """Headings in the page's outline; a table column's alignment as a class, not a style."""
+    _heading_levels(tokens)
     for token in tokens:
-        if token.type in ("heading_open", "heading_close"):
-            level = min(6, int(token.tag[1]) + HEADING_SHIFT)
-            token.tag = f"h{level}"
-        elif token.type in ("th_open", "td_open"):
+        if token.type in ("th_open", "td_open"):
             style = str(token.attrGet("style") or "")
             if style.startswith("text-align:"):
                 token.attrs.pop("style", None)
@@ -143,7 +306,10 @@ def clean(html: str) -> str:
         allowed_classes=CLASSES,
         url_schemes=SCHEMES,
         link_rel=LINK_REL,
-        set_tag_attribute_values={"a": {"target": "_blank"}},  # a link never leaves the chat
+        set_tag_attribute_values={
+            "a": {"target": "_blank"},  # a link never leaves the chat
+            "input": {"type": "checkbox", "disabled": "disabled"},  # only a task list's box
+        },
         strip_comments=True,
     )
 

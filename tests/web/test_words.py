@@ -54,7 +54,7 @@ def elements(html: str) -> list[tuple[str, list[tuple[str, str | None]]]]:
 
 RUNS_CODE_TAGS = {
     "script", "iframe", "object", "embed", "style", "link", "meta", "base", "form",
-    "input", "button", "textarea", "select", "svg", "math", "img", "video", "audio",
+    "button", "textarea", "select", "svg", "img", "video", "audio",
     "source", "frame", "frameset", "applet", "template", "details", "marquee", "body",
 }  # fmt: skip
 SAFE_SCHEMES = ("http:", "https:", "mailto:")
@@ -66,6 +66,8 @@ def unsafe_parts(html: str) -> list[str]:
     for tag, attrs in elements(html):
         if tag in RUNS_CODE_TAGS or tag not in md.TAGS:
             found.append(f"<{tag}>")
+        if tag == "input" and not {("type", "checkbox"), ("disabled", "disabled")} <= set(attrs):
+            found.append(f"<input {attrs}>")  # only a task list's box, which can't be ticked
         for name, value in attrs:
             allowed = md.ATTRIBUTES.get(tag, set()) | {"class", "rel", "target"}
             if (
@@ -141,6 +143,10 @@ HOSTILE = [
     "<form action=javascript:alert(1)><button>x</button></form>",
     "<meta http-equiv=refresh content='0;url=javascript:alert(1)'>",
     "<base href=javascript:alert(1)//>",
+    "$\\href{javascript:alert(1)}{x}$",
+    "$\\text{</math><img src=x onerror=alert(1)>}$",
+    "$$\\style{background:url(javascript:alert(1))}{x}$$",
+    "- [x] <input type=text onfocus=alert(1)>",
 ]
 
 
@@ -299,7 +305,7 @@ def test_live_words_render_as_markdown_in_the_same_slot(owner, agent):
         data={"turn": 1, "text": "## Half\n\n```py\nx = 1"},
     )
     assert '<div id="reply-1-text" class="msg from-assistant is-streaming" hx-disable' in shown
-    assert "<h4>Half</h4>" in shown and '<pre class="code"><code data-lang="py">' in shown
+    assert "<h3>Half</h3>" in shown  # the reply's top heading, under the transcript's h2 and '<pre class="code"><code data-lang="py">' in shown
 
 
 # ---------------------------------------------------------------------------
