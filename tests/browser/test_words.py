@@ -278,3 +278,49 @@ def test_deny_reads_in_the_persons_words_and_a_stop_is_told_once(
     assert len(re.findall(r"(?i)\bstopped\b", text.replace("Stopped: You stopped it.", ""))) == 0, (
         text
     )
+
+
+MATHS = """The sum is $\\sum_{i=1}^{n} i$, which costs $5 and $10 to check:
+
+$$
+\\frac{n(n+1)}{2} + \\sqrt{x^2 + y^2} + a_1 + a_2 + a_3 + a_4 + a_5 + a_6 + a_7 + a_8 + a_9 + a_{10} + a_{11} + a_{12} + a_{13}
+$$
+
+- [x] write the proof
+- [ ] check it by hand
+"""
+
+
+@pytest.mark.parametrize(
+    "viewport",
+    [{"width": 1280, "height": 800}, {"width": 390, "height": 844}],
+    ids=["desktop", "phone"],
+)
+def test_maths_is_drawn_by_the_browser_and_a_task_list_shows_boxes(
+    tab, sign_in, conch_server, owner, agent, workspace, viewport
+):
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, reply=[{"say": MATHS}])
+    page = tab.page
+    page.set_viewport_size(viewport)
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    send(page, "Sum it up")
+
+    reply = page.locator("#transcript .msg.from-assistant .text.md")
+    expect(reply.locator("math")).to_have_count(2)
+    expect(reply).to_contain_text("costs $5 and $10 to check")  # prices, not maths
+    # Chromium lays MathML out itself: a fraction's numerator sits above its denominator,
+    # and a displayed formula is a block of its own.
+    expect(reply.locator('math[display="block"]')).to_have_css("display", "block math")
+    numerator = reply.locator("mfrac > :first-child").bounding_box()
+    denominator = reply.locator("mfrac > :last-child").bounding_box()
+    assert numerator["y"] + numerator["height"] <= denominator["y"] + 1, (numerator, denominator)
+    boxes = reply.get_by_role("checkbox")
+    expect(boxes).to_have_count(2)
+    expect(reply.get_by_role("checkbox", name="write the proof")).to_be_checked()
+    expect(reply.get_by_role("checkbox", name="check it by hand")).not_to_be_checked()
+    expect(boxes.nth(0)).to_be_disabled()
+    expect(boxes.nth(1)).to_be_disabled()
+    expect(reply.locator("li").first).to_have_css("list-style-type", "none")
+    # A long formula scrolls in its own box: the page never scrolls sideways.
+    assert page.evaluate("document.documentElement.scrollWidth") <= viewport["width"]

@@ -76,7 +76,7 @@ def page(client, chat) -> str:
 
 def message_card(html: str, message: ChatMessage) -> str:
     match = re.search(
-        rf'<section class="card card-message[^"]*" id="message-{message.message_id}".*?</section>',
+        rf'<article class="card card-message[^"]*" id="message-{message.message_id}".*?</article>',
         html,
         re.S,
     )
@@ -85,7 +85,7 @@ def message_card(html: str, message: ChatMessage) -> str:
 
 
 def card_of(html: str, css: str) -> str:
-    match = re.search(rf'<section class="card {css}[^"]*".*?</section>', html, re.S)
+    match = re.search(rf'<article class="card {css}[^"]*".*?</article>', html, re.S)
     assert match, f"no {css} card"
     return match.group(0)
 
@@ -367,7 +367,7 @@ def test_hostile_words_in_a_message_stay_text_inside_hx_disable(signed_in, htmx,
     hostile = (
         "<script>window.pwned=1</script><img src=x onerror=alert(1)>"
         '<a hx-post="/c/x/delete/" hx-trigger="load">go</a>'
-        '</div></section><button name="action" value="pass">Pass it on</button>'
+        '</div></section></article><button name="action" value="pass">Pass it on</button>'
     )
     message = send(sender, receiver, hostile)
 
