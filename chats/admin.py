@@ -9,6 +9,10 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
+from django.forms.utils import pretty_name
 
 from chats.engines import engine_names
 from chats.engines.openai_compat import connection_test
@@ -36,10 +40,54 @@ from chats.tools.sandbox import command_settings_errors
 from chats.toolsets import is_owners_default_workspace
 
 
+def name_each_input(form: Any, *, by_label: bool) -> None:
+    """Give each input of ``form`` a name a screen reader reads (axe: label). The admin's
+    date-and-time field is two inputs under one label that names neither; a tabular
+    inline's inputs sit under column headings, with no label at all (``by_label``)."""
+    for name, field in form.base_fields.items():
+        widget = getattr(field.widget, "widget", field.widget)  # inside the related-field wrapper
+        label = str(field.label or pretty_name(name))
+        if isinstance(widget, forms.MultiWidget):
+            parts = ("date", "time") if isinstance(widget, forms.SplitDateTimeWidget) else ()
+            for index, part in enumerate(widget.widgets):
+                part.attrs.setdefault(
+                    "aria-label", f"{label}, {parts[index] if parts else index + 1}"
+                )
+        elif by_label and not widget.is_hidden:
+            widget.attrs.setdefault("aria-label", label)
+
+
+class NamedInputsAdmin(admin.ModelAdmin):
+    """A model admin whose every input has a name (:func:`name_each_input`)."""
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        name_each_input(form, by_label=False)
+        return form
+
+
+class NamedInputsInline(admin.TabularInline):
+    """A tabular inline whose every input is named by its column (:func:`name_each_input`)."""
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        name_each_input(formset.form, by_label=True)
+
+        class NamedFormSet(formset):  # type: ignore[valid-type,misc]
+            def add_fields(self, form, index) -> None:
+                super().add_fields(form, index)
+                if "DELETE" in form.fields:  # the row's Delete box, under its column heading
+                    form.fields["DELETE"].widget.attrs.setdefault("aria-label", "Delete")
+
+        return NamedFormSet
+
+
 class ReadOnlyInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
+    # Its rows have nothing to focus: the box that scrolls them on a phone takes focus.
+    template = "admin/edit_inline/readonly_tabular.html"
 
     def has_add_permission(self, request, obj=None) -> bool:
         return False
@@ -72,7 +120,7 @@ class AuthProfileForm(WriteOnlySecretMixin, forms.ModelForm):
         fields = ["agent", "name", "provider", "secret"]
 
 
-class AuthProfileInline(admin.TabularInline):
+class AuthProfileInline(NamedInputsInline):
     model = AuthProfile
     form = AuthProfileForm
     extra = 0
@@ -243,7 +291,7 @@ TOOL_SET_FIELDS = ("allowed_tools", "stranger_tools", "stranger_tools_ask_first"
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(NamedInputsAdmin):
     list_display = ["slug", "name", "owner", "workspace", "is_default", "engine"]
     list_filter = ["is_default", "engine"]
     search_fields = ["slug", "name", "workspace"]
@@ -327,11 +375,22 @@ class FolderRootAdmin(admin.ModelAdmin):
     search_fields = ["account__username", "path"]
 
 
+class NamedBlankFilter(admin.AllValuesFieldListFilter):
+    """Each value of the field, and "(none)" for a blank one: a link with no words has no
+    name (axe: link-name)."""
+
+    def choices(self, changelist):
+        for choice in super().choices(changelist):
+            if not str(choice["display"]).strip():
+                choice["display"] = "(none)"
+            yield choice
+
+
 @admin.register(AuthProfile)
 class AuthProfileAdmin(admin.ModelAdmin):
     form = AuthProfileForm
     list_display = ["agent", "name", "provider", "masked"]
-    list_filter = ["provider"]
+    list_filter = [("provider", NamedBlankFilter)]
     search_fields = ["name", "agent__slug"]
     readonly_fields = ["masked"]
 
@@ -455,3 +514,20 @@ class QueuedInputAdmin(ReadOnlyAdmin):
 class SignInTokenAdmin(ReadOnlyAdmin):
     list_display = ["user", "created_at", "used_at"]
     exclude = ["digest"]
+
+
+# Django's own admins for people and groups, with every input named, and permissions in a
+# plain list to pick from: the two-box picker's search icons carry an aria-label that
+# their role forbids (axe: aria-prohibited-attr).
+admin.site.unregister(get_user_model())
+admin.site.unregister(Group)
+
+
+@admin.register(get_user_model())
+class ConchUserAdmin(UserAdmin, NamedInputsAdmin):  # type: ignore[misc]  # UserAdmin drops "change"
+    filter_horizontal = ()
+
+
+@admin.register(Group)
+class ConchGroupAdmin(GroupAdmin, NamedInputsAdmin):
+    filter_horizontal = ()

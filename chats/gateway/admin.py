@@ -15,7 +15,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.forms.models import BaseInlineFormSet
 
-from chats.admin import AgentAdmin, ReadOnlyAdmin
+from chats.admin import AgentAdmin, NamedInputsAdmin, NamedInputsInline, ReadOnlyAdmin
 from chats.forms import WriteOnlySecretMixin
 from chats.gateway.forms import RoutineAdminForm
 from chats.gateway.ladder import ERR_TIE, CompiledBinding, binding_conflicts, compile_binding
@@ -116,7 +116,7 @@ class BindingFormSet(BaseInlineFormSet):
             seen.append(compiled)
 
 
-class BindingInline(admin.TabularInline):
+class BindingInline(NamedInputsInline):
     model = Binding
     formset = BindingFormSet
     extra = 0
@@ -153,7 +153,7 @@ admin.site.register(Agent, GatewayAgentAdmin)
 
 
 @admin.register(Binding)
-class BindingAdmin(admin.ModelAdmin):
+class BindingAdmin(NamedInputsAdmin):
     list_display = [
         "__str__",
         "agent",
@@ -466,10 +466,11 @@ class RoutineRunInline(admin.TabularInline):
     can_delete = False
     ordering = ["-due_at"]
     show_change_link = True
+    template = "admin/edit_inline/readonly_tabular.html"  # as chats.admin.ReadOnlyInline
 
 
 @admin.register(Routine)
-class RoutineAdmin(admin.ModelAdmin):
+class RoutineAdmin(NamedInputsAdmin):
     """A routine's schedule is checked as on its page; changing it counts the next time afresh."""
 
     form = RoutineAdminForm

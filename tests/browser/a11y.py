@@ -19,8 +19,11 @@ def _axe_source() -> str:
     return AXE.read_text(encoding="utf-8")
 
 
-def axe_violations(page, impacts: tuple[str, ...] = BLOCKING) -> list[str]:
-    """Each violation of ``impacts`` on the page as it is now: rule, impact, help, where."""
+def axe_violations(
+    page, impacts: tuple[str, ...] = BLOCKING, rules: tuple[str, ...] = ()
+) -> list[str]:
+    """Each violation of ``impacts``, or of one of ``rules`` at any impact, on the page as
+    it is now: rule, impact, help, where."""
     if not page.evaluate("typeof window.axe === 'object'"):
         page.evaluate(_axe_source())
     results = page.evaluate(
@@ -31,5 +34,5 @@ def axe_violations(page, impacts: tuple[str, ...] = BLOCKING) -> list[str]:
     return [
         f"{v['id']} ({v['impact']}): {v['help']} at {', '.join(v['nodes'][:5])}"
         for v in results
-        if v["impact"] in impacts
+        if v["impact"] in impacts or v["id"] in rules
     ]
