@@ -33,8 +33,8 @@ from xml.etree.ElementTree import tostring
 import nh3
 from latex2mathml.converter import convert_to_element
 from markdown_it import MarkdownIt
-from markdown_it.token import Token
 from markdown_it.rules_core import StateCore
+from markdown_it.token import Token
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 from pygments import highlight
 from pygments.formatters import HtmlFormatter

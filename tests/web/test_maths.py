@@ -102,7 +102,7 @@ HOSTILE_MATHS = [
     "$\\text{<input type=text>}$",
     "$<script>alert(1)</script>$",
     "$$<b onclick=alert(1)>x</b>$$",
-    "$\\char\"3C script\\char\"3E$",
+    '$\\char"3C script\\char"3E$',
     "$\\mathrm{&lt;img src=x onerror=alert(1)&gt;}$",
     "- [x] <input type=text value=x>",
 ]
