@@ -305,9 +305,8 @@ def test_live_words_render_as_markdown_in_the_same_slot(owner, agent):
         data={"turn": 1, "text": "## Half\n\n```py\nx = 1"},
     )
     assert '<div id="reply-1-text" class="msg from-assistant is-streaming" hx-disable' in shown
-    assert (
-        "<h3>Half</h3>" in shown
-    )  # the reply's top heading, under the transcript's h2 and '<pre class="code"><code data-lang="py">' in shown
+    # The reply's top heading is an h3, under the transcript's h2.
+    assert "<h3>Half</h3>" in shown and '<pre class="code"><code data-lang="py">' in shown
 
 
 # ---------------------------------------------------------------------------
