@@ -69,7 +69,21 @@
 
   // And the words typed into a box of a region being replaced (a deny's reason, an
   // edited message): found again by the box's id, they are put back, caret and all.
+  // Not the words of a form being sent: those are said, and its fresh form starts empty.
   var typed = {}; // id -> {value, start, end}
+  var sending = {}; // ids of the boxes of forms whose request is under way
+
+  body.addEventListener('htmx:beforeRequest', function (evt) {
+    var form = evt.detail.elt;
+    var xhr = evt.detail.xhr;
+    if (!form || form.tagName !== 'FORM' || !xhr) { return; }
+    var ids = [];
+    form.querySelectorAll('[id]').forEach(function (box) { ids.push(box.id); sending[box.id] = true; });
+    xhr.addEventListener('loadend', function () {
+      // After htmx has swapped in what the answer brought (its own load handler ran first).
+      window.setTimeout(function () { ids.forEach(function (id) { delete sending[id]; }); }, 0);
+    });
+  });
 
   body.addEventListener('htmx:oobBeforeSwap', function (evt) {
     var target = evt.detail.target;
@@ -79,7 +93,7 @@
     }
     if (!target || !target.querySelectorAll) { return; }
     target.querySelectorAll('textarea[id], input[id]:not([type]), input[id][type=text]').forEach(function (box) {
-      if (box.value !== box.defaultValue) {
+      if (box.value !== box.defaultValue && !sending[box.id]) {
         typed[box.id] = { value: box.value, start: box.selectionStart, end: box.selectionEnd };
       }
     });

@@ -312,8 +312,15 @@ def test_maths_is_drawn_by_the_browser_and_a_task_list_shows_boxes(
     # Chromium lays MathML out itself: a fraction's numerator sits above its denominator,
     # and a displayed formula is a block of its own.
     expect(reply.locator('math[display="block"]')).to_have_css("display", "block math")
-    numerator = reply.locator("mfrac > :first-child").bounding_box()
-    denominator = reply.locator("mfrac > :last-child").bounding_box()
+    # Measured once the reply has ended, both in one read: a push swaps the nodes meanwhile.
+    expect(page.locator("#chat-title .badge")).to_have_text("idle")
+    numerator, denominator = page.evaluate(
+        """() => {
+          const frac = document.querySelector('#transcript .msg.from-assistant .text.md mfrac');
+          const box = (el) => { const r = el.getBoundingClientRect(); return {y: r.y, height: r.height}; };
+          return [box(frac.firstElementChild), box(frac.lastElementChild)];
+        }"""
+    )
     assert numerator["y"] + numerator["height"] <= denominator["y"] + 1, (numerator, denominator)
     boxes = reply.get_by_role("checkbox")
     expect(boxes).to_have_count(2)
