@@ -329,6 +329,7 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
     ]
 
     assert sources == [
+        "/static/conch-theme.js",
         "/static/conch.css",
         "/static/words.css",
         "/static/code.css",
