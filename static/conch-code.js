@@ -7,6 +7,9 @@
  * - Blocks swapped in later (a push, a live reply) get their bar too (htmx:load).
  * - Copy says "Copied" for a moment, or "Copy failed" where the browser refuses.
  * - A reply's own Copy button (data-copy) copies the whole reply as Markdown.
+ * - A code block or a table wider than the column scrolls in its own box (a phone's
+ *   page never scrolls sideways): such a box takes the focus (tabindex 0), so the
+ *   arrow keys can scroll it too. Asked again when the window changes size.
  *
  * No inline script, no eval: the page's Content-Security-Policy forbids both.
  */
@@ -37,9 +40,35 @@
     root.querySelectorAll('.md pre.code').forEach(barFor);
   }
 
-  document.body.addEventListener('htmx:load', function (evt) { barsIn(evt.target); });
-  document.body.addEventListener('htmx:oobAfterSwap', function (evt) { barsIn(evt.detail.target); });
-  barsIn(document.body);
+  var WIDE = '.md pre.code, .md table';
+
+  function scrollersIn(root) {
+    if (!root || !root.querySelectorAll) { return; }
+    var boxes = Array.prototype.slice.call(root.querySelectorAll(WIDE));
+    if (root.matches && root.matches(WIDE)) { boxes.push(root); }
+    boxes.forEach(function (box) {
+      if (box.scrollWidth > box.clientWidth) {
+        box.tabIndex = 0;
+      } else {
+        box.removeAttribute('tabindex');
+      }
+    });
+  }
+
+  function decorate(root) {
+    barsIn(root);
+    scrollersIn(root);
+  }
+
+  document.body.addEventListener('htmx:load', function (evt) { decorate(evt.target); });
+  document.body.addEventListener('htmx:oobAfterSwap', function (evt) { decorate(evt.detail.target); });
+  decorate(document.body);
+
+  var resizing = null;
+  window.addEventListener('resize', function () {
+    window.clearTimeout(resizing);
+    resizing = window.setTimeout(function () { scrollersIn(document.body); }, 150);
+  });
 
   // A code block's Copy copies its code; a reply's Copy (data-copy, the server's copy
   // of the reply as the model wrote it) copies the reply as Markdown.

@@ -20,7 +20,9 @@
  *   away, and marked if it is the chat this tab shows.
  * - The browser's time zone goes to the server in a cookie, for the list's days.
  * - The tab says when it is offline.
- * - The composer: Enter sends, Shift+Enter makes a new line; it shows
+ * - The composer: Enter sends, Shift+Enter makes a new line; on a touch
+ *   screen, whose keyboard has no Shift+Enter to speak of, Enter makes a new
+ *   line and only the Send button sends (workspace.html's hint says which). It shows
  *   "Sending…", clears only after the server took the message, and keeps
  *   the text when a send fails.
  *
@@ -329,10 +331,13 @@
 
   // ---------------------------------------------------------------- composer
 
+  var TOUCH = '(pointer: coarse)'; // as conch.css's, which shows the hint that goes with it
+
   body.addEventListener('keydown', function (evt) {
     var target = evt.target;
     if (!target || !target.matches || !target.matches('textarea[data-enter-sends]')) { return; }
     if (evt.key !== 'Enter' || evt.shiftKey || evt.isComposing || evt.altKey || evt.ctrlKey || evt.metaKey) { return; }
+    if (window.matchMedia(TOUCH).matches) { return; } // asked at each key: a tablet may gain a mouse
     evt.preventDefault();
     var form = target.form;
     if (form && !form.classList.contains('htmx-request')) { form.requestSubmit(); }

@@ -342,6 +342,7 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
         "/static/conch-steps.js",
         "/static/conch-code.js",
         "/static/conch-approve.js",
+        "/static/conch-drawer.js",
     ]
     assert "//" not in " ".join(s for s in sources if s)
     root = Path(__file__).resolve().parents[2]
