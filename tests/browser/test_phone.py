@@ -1,4 +1,4 @@
-"""A phone, and a theme (issue 33, items 3 and 12).
+"""A phone, a theme, and the gateway's tools out of the way (issue 33, items 3, 12 and 10).
 
 On a narrow screen the chat list is a drawer behind the top bar's button, and
 nothing scrolls sideways, down to 320 px. On a touch screen Enter makes a new
@@ -437,6 +437,33 @@ def test_the_theme_follows_the_system_until_one_is_chosen_and_the_browser_keeps_
     assert page.evaluate("localStorage.getItem('conch-theme')") is None
 
 
+# ---------------------------------------------------------------------------- the gateway
+
+
+@pytest.mark.parametrize("size", [PHONE, DESKTOP], ids=["phone", "desktop"])
+def test_the_gateway_tools_wait_in_their_menu_and_archived_and_sign_out_stay_in_sight(
+    tab, sign_in, conch_server, owner, agent, size
+):
+    page = tab.page
+    page.set_viewport_size(size)
+    sign_in(tab)
+    if size == PHONE:
+        drawer_button(page).click()
+    foot = sidebar(page).locator(".sidebar-foot")
+    expect(foot.get_by_role("link", name="Archived chats")).to_be_visible()
+    expect(foot.get_by_role("button", name="Sign out")).to_be_visible()
+    playground = foot.get_by_role("link", name="Routing playground")
+    routines = foot.get_by_role("link", name="Routines")
+    expect(playground).to_be_hidden()
+    expect(routines).to_be_hidden()
+
+    foot.get_by_text("Gateway", exact=True).click()
+
+    expect(routines).to_be_visible()
+    playground.click()
+    expect(page.get_by_role("heading", name="Routing playground")).to_be_visible()
+
+
 # ---------------------------------------------------------------------------- axe
 
 
@@ -456,5 +483,6 @@ def test_a_phone_has_no_serious_accessibility_violations_drawer_open_or_closed(
     assert axe_violations(page) == []
 
     drawer_button(page).click()
+    sidebar(page).get_by_text("Gateway", exact=True).click()
     expect(sidebar(page).get_by_role("link", name="Routines")).to_be_visible()
     assert axe_violations(page) == []
