@@ -11,8 +11,9 @@
  *   that had it (found again by its id), so a push never drops it to the page,
  *   and the words typed into its boxes (a deny's reason, an edited message).
  * - Escape closes the open menu it is in, or any open menu, and focuses its summary.
- * - Shortcuts: Ctrl+K or / searches, Shift+Esc goes to the message box, Ctrl+Shift+O
- *   starts a new chat, ? lists them (the dialog #shortcuts in base.html).
+ * - Shortcuts: Ctrl+K or / searches (opening the chat list's drawer on a phone),
+ *   Shift+Esc goes to the message box, Ctrl+Shift+O starts a new chat, ? lists them
+ *   (the dialog #shortcuts in base.html).
  * - The tab's title follows the chat's title (Rename here, or in another tab).
  *
  * No inline script, no eval: the page's Content-Security-Policy forbids both.
@@ -153,6 +154,14 @@
     return !!target.closest('input, textarea, select, [contenteditable="true"]');
   }
 
+  // On a narrow screen the search box is in the chat list's drawer: open it first.
+  function searchBox() {
+    var box = document.getElementById('search-q');
+    var button = document.querySelector('button[aria-controls=sidebar][aria-expanded=false]');
+    if (box && button && box.checkVisibility && !box.checkVisibility({ visibilityProperty: true })) { button.click(); }
+    return box;
+  }
+
   function focusField(element) {
     if (!element) { return false; }
     element.focus();
@@ -170,7 +179,7 @@
     var ctrl = evt.ctrlKey || evt.metaKey;
     var key = evt.key;
     if ((ctrl && !evt.shiftKey && (key === 'k' || key === 'K')) || (key === '/' && !ctrl && !typing(evt.target))) {
-      if (focusField(document.getElementById('search-q'))) { evt.preventDefault(); }
+      if (focusField(searchBox())) { evt.preventDefault(); }
       return;
     }
     if (key === 'Escape' && evt.shiftKey && !ctrl) {

@@ -50,6 +50,7 @@ def show_the_list(page) -> None:
     button = page.locator(".drawer-button")
     if button.count() and button.is_visible() and button.get_attribute("aria-expanded") != "true":
         button.click()
+        expect(page.locator("#sidebar")).to_be_in_viewport(ratio=1)  # slid all the way in
 
 
 def headings(page):
