@@ -1,7 +1,7 @@
 """Make the README's screenshots: the chat list (with a held badge) and a chat page
 (a Markdown reply with code), light and dark; a chat in Ask mode showing the diff
-it asks to make; and a chat page with ADR 0134's cards (a look at the other
-chats, a held message).
+it asks to make and its three answers; a chat page with ADR 0134's cards (a look at
+the other chats, a held message); and, on a phone, a request and the list's drawer.
 
     .venv/bin/python -m tests.browser.screenshots [--out docs/screenshots]
 
@@ -294,6 +294,27 @@ def photograph(
         page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
         page.screenshot(path=str(out / "together-cards-light.png"))
         print(f"wrote {out}/together-cards-light.png")
+        signed_in = context.storage_state()  # the sign-in link is spent: keep its cookie
+        context.close()
+
+        # A phone: the chat with its request, and the chat list in its drawer.
+        phone = browser.new_context(
+            viewport={"width": 390, "height": 844},
+            device_scale_factor=2,
+            is_mobile=True,
+            has_touch=True,
+            storage_state=signed_in,
+        )
+        page = phone.new_page()
+        page.emulate_media(color_scheme="light", reduced_motion="reduce")
+        page.goto(f"{base}/c/{asking_id}/")
+        expect(page.locator("body")).to_have_attribute("data-socket", "open")
+        page.get_by_role("button", name="Approve", exact=True).scroll_into_view_if_needed()
+        page.screenshot(path=str(out / "phone-ask-light.png"))
+        page.get_by_role("button", name="Chats").click()
+        expect(page.locator("#sidebar")).to_be_visible()
+        page.screenshot(path=str(out / "phone-list-light.png"))
+        print(f"wrote {out}/phone-ask-light.png and {out}/phone-list-light.png")
         browser.close()
 
 
