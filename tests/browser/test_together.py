@@ -240,3 +240,35 @@ def test_archive_leaves_focus_on_the_button_that_undoes_it(
     expect(unarchive).to_be_focused()
     page.keyboard.press("Enter")
     expect(page.locator("#chat-settings").get_by_role("button", name="Archive")).to_be_focused()
+
+
+@pytest.mark.parametrize("size", [{"width": 1280, "height": 800}, {"width": 390, "height": 844}])
+def test_the_header_says_what_the_chat_can_do_and_a_passed_on_card_what_comes_next(
+    tab, sign_in, conch_server, owner, agent, workspace, size
+):
+    """Issue 33, item 10: words for people, at both sizes."""
+    receiver = inbound_set(
+        conversation=ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login"),
+        inbound=Inbound.HOLD,
+    )
+    sender = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[{"tool": "message_chat", "args": {"chat": receiver.public_id, "text": "FYI."}}],
+    )
+    page = tab.page
+    page.set_viewport_size(size)
+    sign_in(tab)
+    open_chat(tab, conch_server, receiver)
+    expect(page.locator("#chat-title .tool-set")).to_contain_text(
+        "It can read files, edit files, run commands"
+    )
+    message_send(conversation=sender, text="Tell the login chat")
+    card = message_card(page)
+    expect(card.locator(".hint")).to_contain_text("Held, as this chat’s “Hold them for me” says.")
+
+    card.get_by_role("button", name="Pass it on").click()
+
+    expect(card.locator(".badge")).to_have_text("passed on: this chat reads it when it next works")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
