@@ -360,16 +360,20 @@ def test_a_press_on_a_control_an_answer_just_swapped_in_is_htmxs_not_a_plain_pos
         """() => {
           document.body.addEventListener('htmx:oobAfterSwap', function (evt) {
             if (window.pressed || !evt.detail.target || evt.detail.target.id !== 'chat-settings') { return; }
+            var button = document.getElementById('archive-button');
+            if (!button || button.textContent.trim() !== 'Unarchive') { return; }  // not ours yet
             window.pressed = true;
-            queueMicrotask(function () { document.getElementById('archive-button').click(); });
+            queueMicrotask(function () { button.click(); });
           });
         }"""
     )
 
-    page.locator("#chat-settings").get_by_role("button", name="Archive").click()
+    page.locator("#chat-settings").get_by_role("button", name="Archive", exact=True).click()
 
     page.wait_for_function("() => window.pressed === true")
-    expect(page.locator("#chat-settings").get_by_role("button", name="Archive")).to_be_visible()
+    expect(
+        page.locator("#chat-settings").get_by_role("button", name="Archive", exact=True)
+    ).to_be_visible()
     expect(page.locator("#chat-settings .tag")).to_have_count(0)
     assert page.evaluate("window.stillTheSamePage === true")
     chat.refresh_from_db()
