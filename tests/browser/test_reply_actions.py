@@ -84,11 +84,18 @@ def test_a_reply_copies_as_the_markdown_the_model_wrote(
     send(page, "Write the plan")
     reply = page.locator("#reply-1")
     expect(reply.locator(".reply-end")).to_contain_text("done")
+    expect(page.locator("#chat-title .badge")).to_have_text("idle")
+    # "Copied" shows for a moment only: watched as it happens, not polled for.
+    page.evaluate(
+        """() => new MutationObserver(() => {
+          const b = document.querySelector('#reply-1 .reply-actions button[data-copy]');
+          if (b && b.textContent === 'Copied') window.sawCopied = true;
+        }).observe(document.getElementById('transcript'), {subtree: true, childList: true, characterData: true})"""
+    )
 
-    copy = reply.get_by_role("button", name="Copy reply 1 as Markdown")
-    copy.click()
+    reply.get_by_role("button", name="Copy reply 1 as Markdown").click()
 
-    expect(copy).to_have_text("Copied")
+    page.wait_for_function("() => window.sawCopied === true")
     assert page.evaluate("navigator.clipboard.readText()") == FIRST
 
 
