@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.test_words import send
+from tests.browser.test_words import send, watch_for_copied
 from tests.browser.test_workspace import open_chat, still_the_same_page
 from tests.engines.fake_openai import Status as HttpStatus
 from tests.engines.fake_openai import Text
@@ -85,13 +85,7 @@ def test_a_reply_copies_as_the_markdown_the_model_wrote(
     reply = page.locator("#reply-1")
     expect(reply.locator(".reply-end")).to_contain_text("done")
     expect(page.locator("#chat-title .badge")).to_have_text("idle")
-    # "Copied" shows for a moment only: watched as it happens, not polled for.
-    page.evaluate(
-        """() => new MutationObserver(() => {
-          const b = document.querySelector('#reply-1 .reply-actions button[data-copy]');
-          if (b && b.textContent === 'Copied') window.sawCopied = true;
-        }).observe(document.getElementById('transcript'), {subtree: true, childList: true, characterData: true})"""
-    )
+    watch_for_copied(page, "#reply-1 .reply-actions button[data-copy]")
 
     reply.get_by_role("button", name="Copy reply 1 as Markdown").click()
 

@@ -37,6 +37,18 @@ def login(user):
 """
 
 
+def watch_for_copied(page, button: str) -> None:
+    """Set ``window.sawCopied`` once ``button`` says "Copied": it does for a moment only,
+    so it is watched as it happens, not polled for."""
+    page.evaluate(
+        """(button) => new MutationObserver(() => {
+          const b = document.querySelector(button);
+          if (b && b.textContent === 'Copied') window.sawCopied = true;
+        }).observe(document.body, {subtree: true, childList: true, characterData: true})""",
+        button,
+    )
+
+
 def send(page, text: str) -> None:
     page.get_by_label("Message").fill(text)
     page.get_by_label("Message").press("Enter")
@@ -105,8 +117,10 @@ def test_each_code_block_has_its_language_and_a_copy_button_that_copies_the_code
     bars = reply.locator(".code-bar")
     expect(bars).to_have_count(2)
     expect(bars.locator(".code-lang")).to_have_text(["python", "text"])
+    expect(page.locator("#chat-title .badge")).to_have_text("idle")
+    watch_for_copied(page, 'button[aria-label="Copy the python code"]')
     page.get_by_role("button", name="Copy the python code").click()
-    expect(page.get_by_role("button", name="Copy the python code")).to_have_text("Copied")
+    page.wait_for_function("() => window.sawCopied === true")
     assert page.evaluate("navigator.clipboard.readText()") == "def login(user):\n    return True\n"
     page.reload()  # a page drawn from the start gets its bars too, once each
     expect(page.locator("#transcript .code-bar")).to_have_count(2)
