@@ -12,6 +12,7 @@ from chats.engines.openai_compat import messages_for
 from chats.models import Mode, StandingOk, Step
 from chats.runtime.stepping import _transcript_loader
 from tests.browser.a11y import axe_violations
+from tests.browser.test_words import send
 from tests.browser.test_workspace import open_chat
 from tests.factories import ChatFactory
 
@@ -23,11 +24,6 @@ DESKTOP = {"width": 1280, "height": 800}
 
 def write(path: str, content: str = "x\n") -> dict:
     return {"tool": "write_file", "args": {"path": path, "content": content}}
-
-
-def send(page, text: str) -> None:
-    page.get_by_label("Message").fill(text)
-    page.get_by_label("Message").press("Enter")
 
 
 def test_the_three_answers_by_their_keys_each_kept_in_the_transcript(

@@ -162,11 +162,8 @@ def test_words_stream_into_the_page_as_the_model_writes_them(model_agent, fake, 
     ]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_stopping_a_reply_stops_the_model_mid_answer(model_agent, fake):
-    fake.play(Text("one two three four five six", pieces=6))
-    chat = ChatFactory(agent=model_agent, title="Fix the README")
-    turn = message_send(conversation=chat, text="count")
+def drain_stopping_at_first_words(chat) -> list[str]:
+    """Run the chat's reply, pressing Stop as its first words are shown; the words seen."""
     seen: list[str] = []
 
     def stop_on_first_words(event):
@@ -180,6 +177,15 @@ def test_stopping_a_reply_stops_the_model_mid_answer(model_agent, fake):
         drain()
     finally:
         unsubscribe()
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stopping_a_reply_stops_the_model_mid_answer(model_agent, fake):
+    fake.play(Text("one two three four five six", pieces=6))
+    chat = ChatFactory(agent=model_agent, title="Fix the README")
+    turn = message_send(conversation=chat, text="count")
+    seen = drain_stopping_at_first_words(chat)
 
     turn.refresh_from_db()
     chat.refresh_from_db()
@@ -201,19 +207,7 @@ def test_the_words_a_stop_kept_are_the_reply_so_far_at_the_next_message(model_ag
     fake.play(Text("Picking up: seven."))
     chat = ChatFactory(agent=model_agent, title="Count")
     message_send(conversation=chat, text="count")
-    seen: list[str] = []
-
-    def stop_on_first_words(event):
-        if event.type == events.REPLY_TEXT:
-            seen.append(event.data["text"])
-            if len(seen) == 1:
-                conversation_stop(conversation=chat)
-
-    unsubscribe = events.subscribe(stop_on_first_words)
-    try:
-        drain()
-    finally:
-        unsubscribe()
+    seen = drain_stopping_at_first_words(chat)
     message_send(conversation=chat, text="go on")
     drain()
 
