@@ -400,7 +400,7 @@ CONCH_WEBSOCKET_TIMEOUT = envint("CONCH_WEBSOCKET_TIMEOUT", 24 * 3600, minimum=6
 CONCH_FETCH_ALLOW_PRIVATE = envbool("CONCH_FETCH_ALLOW_PRIVATE", False)
 CONCH_FETCH_TIMEOUT = envfloat("CONCH_FETCH_TIMEOUT", 15.0, minimum=0.1)
 CONCH_FETCH_MAX_BYTES = envint("CONCH_FETCH_MAX_BYTES", 2_000_000, minimum=1_024)
-# Model engines (chats/engines/openai_compat.py): the defaults a persona's engine_config
+# Model engines (chats/engines/openai_compat/): the defaults a persona's engine_config
 # may override. Transient failures are tried again after CONCH_MODEL_BACKOFF seconds,
 # doubling each time.
 CONCH_MODEL_TIMEOUT = envfloat("CONCH_MODEL_TIMEOUT", 120.0, minimum=1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chats.engines import openai_compat
+from chats.engines.openai_compat import context, recap, retries
 from chats.models import AuthProfile
 from tests.engines.fake_openai import FakeOpenAI
 from tests.factories import AgentFactory
@@ -28,17 +28,17 @@ def slept(monkeypatch) -> list[float]:
         delays.append(seconds)
         return bool(halt and halt.is_set())
 
-    monkeypatch.setattr(openai_compat, "_pause", pause)
+    monkeypatch.setattr(retries, "_pause", pause)
     return delays
 
 
 @pytest.fixture(autouse=True)
 def fresh_recaps():
-    openai_compat._recaps.clear()
-    openai_compat._contexts.clear()
+    recap._recaps.clear()
+    context._contexts.clear()
     yield
-    openai_compat._recaps.clear()
-    openai_compat._contexts.clear()
+    recap._recaps.clear()
+    context._contexts.clear()
 
 
 def use_model(agent, base_url: str, *, profile: str = "main-key", secret: str = MAIN_KEY, **config):

@@ -10,6 +10,7 @@ import pytest
 from chats import processes
 from chats.engines import openai_compat as oc
 from chats.engines.base import EngineError
+from chats.engines.openai_compat import retries
 from tests.engines.replay import RECORDINGS, Played, Replay, error
 
 STREAM = (RECORDINGS / "llamacpp-inline-think.sse").read_bytes()  # 8 events, then [DONE]
@@ -38,7 +39,7 @@ def halt_once_asked(replay):
 def really_waits(monkeypatch):
     """The engine's own pause between tries, not the recorder the other tests use."""
     monkeypatch.setattr(
-        oc, "_pause", lambda halt, seconds: (halt or threading.Event()).wait(seconds)
+        retries, "_pause", lambda halt, seconds: (halt or threading.Event()).wait(seconds)
     )
 
 
