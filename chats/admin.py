@@ -15,7 +15,6 @@ from django.contrib.auth.models import Group
 from django.forms.utils import pretty_name
 
 from chats.engines import engine_names
-from chats.engines.openai_compat import connection_test
 from chats.forms import WriteOnlySecretMixin
 from chats.models import (
     Agent,
@@ -31,6 +30,7 @@ from chats.models import (
     Task,
     Turn,
 )
+from chats.runtime.connect import model_test
 from chats.tools.registry import (
     FOLDER_FAMILIES,
     all_tools,
@@ -347,9 +347,13 @@ class AgentAdmin(NamedInputsAdmin):
                     messages.WARNING,
                 )
                 continue
-            result = connection_test(agent)
-            level = messages.SUCCESS if result.ok else messages.ERROR
-            self.message_user(request, f"{agent.slug}: {result.message}", level)
+            result = model_test(agent)
+            if result.too_small:
+                level, said = messages.WARNING, f"{result.message} {result.too_small}"
+            else:
+                level = messages.SUCCESS if result.ok else messages.ERROR
+                said = result.message
+            self.message_user(request, f"{agent.slug}: {said}", level)
 
 
 class FolderRootForm(forms.ModelForm):

@@ -409,6 +409,7 @@ def _connect_page(
     return render(request, "connect.html", context, status=status)
 
 
+SAVE_ANYWAY = "save-anyway"  # Save pressed again, once told the context is too small
 ERR_NOT_YOURS_TO_CONNECT = (
     "Only the owner or staff connect models: the model a persona answers with is the "
     "whole install's, and its tools run as the owner. Ask them."
@@ -460,9 +461,13 @@ def connect_post(request: HtmxHttpRequest) -> HttpResponse:
         return _connect_page(request, form, result=result, status=400)
     # Another account's server on a usual port: said plainly, and saved only when trusted.
     warning = other_account_warning(choice.base_url)
-    if request.POST.get("action") != "save":
+    action = request.POST.get("action")
+    if action not in ("save", SAVE_ANYWAY):
         return _connect_page(request, form, result=result, warning=warning)
     if warning and request.POST.get("trust_other_account") != "yes":
+        return _connect_page(request, form, result=result, warning=warning, status=400)
+    # A context too small to work in: said plainly, and saved only when asked twice.
+    if result.too_small and action != SAVE_ANYWAY:
         return _connect_page(request, form, result=result, warning=warning, status=400)
     model_connect(choice=choice)
     home = reverse("chats:home")

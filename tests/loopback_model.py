@@ -16,6 +16,9 @@ Its bytes follow Ollama's own, not ours:
   and as ``toChunk`` in Ollama's ``openai/openai.go`` writes them.
 - Without ``stream``: one ``chat.completion`` (``toChatCompletion`` there), with usage.
 - A wrong key gets a 401 with OpenAI's error body, as a hosted API sends it.
+- ``pages``: the server's own info endpoints, path to JSON, for GET and POST alike
+  (Ollama's ``POST /api/show`` and ``GET /api/ps``, as recorded in
+  tests/engines/recordings/), where Conch reads the model's context size.
 
 ``hold()`` makes the next streamed answer stop after its first piece until
 ``release()``: a browser test sees the words arrive while the answer is still
@@ -40,8 +43,10 @@ class LoopbackModel:
         *,
         answer: Sequence[str] = ("Hello", " from", " the", " loopback", " model."),
         key: str = "",
+        pages: dict[str, Any] | None = None,
     ) -> None:
         self.models = tuple(models)
+        self.pages = dict(pages or {})
         self.answer = tuple(answer)
         self.key = key
         self.requests: list[dict[str, Any]] = []
@@ -61,6 +66,9 @@ class LoopbackModel:
                 server._record(self, None)
                 if not server._authorized(self):
                     return
+                if self.path in server.pages:
+                    self._json(200, server.pages[self.path])
+                    return
                 if self.path.rstrip("/") != "/v1/models":
                     self._json(404, {"error": {"message": "404 page not found"}})
                     return
@@ -75,6 +83,9 @@ class LoopbackModel:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 server._record(self, body)
                 if not server._authorized(self):
+                    return
+                if self.path in server.pages:
+                    self._json(200, server.pages[self.path])
                     return
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     self._json(404, {"error": {"message": "404 page not found"}})

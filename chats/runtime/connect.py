@@ -10,6 +10,11 @@ profile ``MODEL_KEY_PROFILE``, sealed at rest like every auth-profile secret
 (chats/secretbox.py). Other engine settings (retries, temperature, the command
 settings…) are kept; the context size is dropped when the model changes, as it
 belonged to the old one.
+
+Test connection (here and in the admin) also measures what a chat of the persona
+sends with every request, its system text and the tools its owner's chats are
+offered, against the context the model's server says it has: a model that answers
+but leaves no room to work is saved only when asked twice ("Save anyway").
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from chats.engines.openai_compat import ENGINE_NAME, ConnectionResult, connection_test
-from chats.models import SCRIPTED_ENGINE, Agent, AuthProfile
+from chats.models import SCRIPTED_ENGINE, Agent, AuthProfile, Conversation
 from chats.runtime.chats import default_agent
+from chats.runtime.stepping import system_text_for
 from chats.secretbox import SecretsKeyError, secret_readable
+from chats.tools.registry import Tool, tools_offered
 
 MODEL_KEY_PROFILE = "model-key"
 ERR_NOT_TESTED = "Test connection first: Conch saves a model only once it has answered."
@@ -65,17 +72,29 @@ def _config_for(agent: Agent, choice: ModelChoice) -> dict:
     return config
 
 
+def chat_sends(agent: Agent) -> tuple[str, list[Tool]]:
+    """What every request of a new chat of the persona's owner sends before its transcript:
+    the system text and the tools it is offered, as the runtime builds them."""
+    chat = Conversation(agent=agent)  # never saved: a new chat of the owner's own, as it starts
+    return system_text_for(chat), tools_offered(chat)
+
+
+def model_test(agent: Agent, *, key: str | None = None) -> ConnectionResult:
+    """Test connection for a persona: a tiny request, and whether what its chats send leaves
+    the model room to work."""
+    system_text, tools = chat_sends(agent)
+    return connection_test(agent, key=key, system_text=system_text, tools=tools)
+
+
 def model_try(*, choice: ModelChoice) -> ConnectionResult:
-    """One tiny request to the chosen model, with the key given (or kept), saving nothing."""
+    """One tiny request to the chosen model, with the key given (or kept), saving nothing;
+    measured with the default persona's system text and tools, which it will be saved on."""
     agent = default_agent()
     key = choice.key or _kept_key(agent, choice.base_url)
-    trial = Agent(
-        slug=agent.slug,
-        name=agent.name,
-        engine=ENGINE_NAME,
-        engine_config=_config_for(agent, choice),
-    )
-    return connection_test(trial, key=key)
+    trial = Agent.objects.get(pk=agent.pk)  # a copy to try the settings on, never saved
+    trial.engine = ENGINE_NAME
+    trial.engine_config = _config_for(agent, choice)
+    return model_test(trial, key=key)
 
 
 def model_connect(*, choice: ModelChoice) -> Agent:

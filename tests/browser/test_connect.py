@@ -8,6 +8,7 @@ as it looks on 11434, 8080, 1234 and 8000 out of the box.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ from playwright.sync_api import expect
 from chats.models import Agent, Conversation
 from tests.browser.a11y import axe_violations
 from tests.browser.conftest import ConchServer, _start
+from tests.engines.replay import RECORDINGS
 from tests.loopback_model import LoopbackModel
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -94,3 +96,47 @@ def test_a_fresh_home_connects_a_model_and_gets_a_streamed_answer(
     assert asked[-1]["stream"] is True
     assert asked[-1]["messages"][-1] == {"role": "user", "content": "Who is there?"}
     page.goto("about:blank")  # leave before this test's own server stops: no socket left to retry
+
+
+@pytest.fixture
+def small_model() -> Iterator[LoopbackModel]:
+    """Ollama with "mistral:latest" loaded with 2048 tokens of context (its recorded
+    ``/api/show`` and ``/api/ps``, tests/engines/recordings/)."""
+    pages = {
+        "/api/show": json.loads((RECORDINGS / "ollama-api-show.json").read_text()),
+        "/api/ps": json.loads((RECORDINGS / "ollama-api-ps.json").read_text()),
+    }
+    with LoopbackModel(["mistral:latest"], pages=pages) as model:
+        yield model
+
+
+@pytest.fixture
+def small_server(django_db_setup, django_db_blocker, small_model) -> Iterator[ConchServer]:
+    yield from _start(
+        django_db_setup, django_db_blocker, env={"CONCH_MODEL_PORTS": str(small_model.port)}
+    )
+
+
+def test_a_context_too_small_to_work_in_is_said_and_saved_only_on_save_anyway(
+    tab, sign_in, small_server, small_model, owner
+):
+    page = tab.page
+    sign_in(tab, small_server)
+    page.goto(f"{small_server.url}/connect/")
+    page.locator("#connect-found").get_by_role("link", name="mistral:latest").click()
+    expect(page.get_by_role("textbox", name="Model")).to_have_value("mistral:latest")
+
+    page.get_by_role("button", name="Test connection").click()
+    result = page.locator("#connect-result")
+    expect(result).to_contain_text("Connected: “mistral:latest”")
+    alert = result.get_by_role("alert")
+    expect(alert).to_contain_text("has 2048 tokens of context (as Ollama says): too few to work in")
+    expect(alert).to_contain_text(re.compile(r"OLLAMA_CONTEXT_LENGTH=\d+ ollama serve"))
+    expect(result.get_by_role("button", name="Save", exact=True)).to_have_count(0)
+    assert axe_violations(page) == []  # the warning and its button
+
+    result.get_by_role("button", name="Save anyway").click()
+    expect(page).to_have_url(f"{small_server.url}/")
+    expect(page.locator(".new-chat")).to_contain_text("Conch answers with “mistral:latest”")
+    assert Agent.objects.get(is_default=True).engine_config["model"] == "mistral:latest"
+    page.goto("about:blank")

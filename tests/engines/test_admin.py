@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
+from django.contrib import messages
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from tests.engines.conftest import MAIN_KEY, use_model
 from tests.engines.fake_openai import Status, Text, closed_port_url
+from tests.engines.replay import RECORDINGS, Replay, stream
 from tests.factories import agent_admin_form
 
 
@@ -107,3 +111,20 @@ def test_test_connection_on_a_scripted_persona_says_there_is_nothing_to_test(adm
         follow=True,
     )
     assert said(response) == ["main: uses the “scripted” engine, which has no endpoint."]
+
+
+def test_test_connection_warns_of_a_context_too_small_to_work_in(admin_client, model_agent):
+    # vLLM serving the model with max_model_len 2048, as recorded.
+    pages = {"/v1/models": json.loads((RECORDINGS / "vllm-models.json").read_text())}
+    with Replay(stream("llamacpp-inline-think.sse"), pages=pages) as replay:
+        use_model(model_agent, replay.base_url, model="Qwen/Qwen2.5-Coder-7B-Instruct")
+        response = admin_client.post(
+            reverse("admin:chats_agent_changelist"),
+            {"action": "check_connection", "_selected_action": [model_agent.pk]},
+            follow=True,
+        )
+    [message] = get_messages(response.wsgi_request)
+    assert message.level == messages.WARNING
+    assert str(message).startswith("coder: Connected: “Qwen/Qwen2.5-Coder-7B-Instruct”")
+    assert "has 2048 tokens of context (as vLLM says): too few to work in" in str(message)
+    assert "restart vLLM with --max-model-len " in str(message)

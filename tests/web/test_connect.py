@@ -7,6 +7,7 @@ ports ``CONCH_MODEL_PORTS`` names, here theirs.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from html import unescape
@@ -21,6 +22,7 @@ from chats.runtime.chats import default_agent
 from chats.runtime.connect import MODEL_KEY_PROFILE
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
+from tests.engines.replay import RECORDINGS
 from tests.factories import ChatFactory
 from tests.loopback_model import LoopbackModel
 
@@ -46,6 +48,19 @@ def model(settings):
 @pytest.fixture
 def keyed_model(settings):
     with LoopbackModel(key="sk-test-0123456789") as server:
+        settings.CONCH_MODEL_PORTS = (server.port,)
+        yield server
+
+
+@pytest.fixture
+def small_model(settings):
+    """Ollama running "mistral:latest" loaded with 2048 tokens of context: its own
+    ``/api/show`` and ``/api/ps`` answers as recorded (tests/engines/recordings/)."""
+    pages = {
+        "/api/show": json.loads((RECORDINGS / "ollama-api-show.json").read_text()),
+        "/api/ps": json.loads((RECORDINGS / "ollama-api-ps.json").read_text()),
+    }
+    with LoopbackModel(["mistral:latest"], pages=pages) as server:
         settings.CONCH_MODEL_PORTS = (server.port,)
         yield server
 
@@ -168,6 +183,55 @@ def test_a_key_is_tried_sent_as_the_bearer_token_and_sealed_at_rest(signed_in, k
     assert "sk-test-0123456789" not in page
     again = signed_in.post(TRY, form(url))
     assert again.status_code == 200, again.content.decode()
+
+
+def test_test_connection_says_a_context_too_small_to_work_in_and_offers_save_anyway(
+    signed_in, small_model
+):
+    response = signed_in.post(TRY, form(small_model.base_url, "mistral:latest"))
+
+    html = unescape(response.content.decode())
+    assert response.status_code == 200
+    assert f"Connected: “mistral:latest” at {small_model.base_url} answered" in html
+    assert "“mistral:latest” has 2048 tokens of context (as Ollama says): too few to work in" in (
+        html
+    )
+    n = re.search(r"To give it (\d+) tokens: start Ollama with OLLAMA_CONTEXT_LENGTH=(\d+)", html)
+    assert n and n.group(1) == n.group(2) and int(n.group(1)) > 2048, html
+    assert 'name="action" value="save-anyway">Save anyway</button>' in html
+    assert 'value="save"' not in html, "no plain Save for a model with no room to work"
+    assert not agent_now().has_model
+
+
+def test_a_context_too_small_to_work_in_is_saved_only_when_asked_twice(signed_in, small_model):
+    data = form(small_model.base_url, "mistral:latest", action="save")
+
+    once = signed_in.post(TRY, data)
+
+    assert once.status_code == 400
+    said = unescape(once.content.decode())
+    assert "too few to work in" in said and "OLLAMA_CONTEXT_LENGTH=" in said
+    assert 'value="save-anyway">Save anyway</button>' in said
+    assert not agent_now().has_model
+
+    twice = signed_in.post(TRY, {**data, "action": "save-anyway"})
+
+    assert twice.status_code == 302 and twice["Location"] == "/"
+    agent = agent_now()
+    assert agent.engine == "openai"
+    assert agent.engine_config == {"base_url": small_model.base_url, "model": "mistral:latest"}
+    assert len(small_model.completions) == 2, "each press tried the model first"
+
+
+def test_test_connection_measures_the_tools_the_persona_offers(signed_in, small_model, agent):
+    # A persona that offers one tool sends a few hundred tokens, not 1,800: 2048 leaves it
+    # too little all the same, and the words count what it really sends.
+    agent.allowed_tools = ["read_file"]
+    agent.save()
+
+    response = signed_in.post(TRY, form(small_model.base_url, "mistral:latest"))
+    html = unescape(response.content.decode())
+    assert "(the system text and 1 tool schema)" in html, html
 
 
 @pytest.mark.parametrize(

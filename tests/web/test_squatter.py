@@ -106,3 +106,25 @@ def test_save_warns_and_saves_nothing_until_the_person_trusts_that_account(
     trusted = signed_in.post("/connect/try/", {**data, "trust_other_account": "yes"})
     assert trusted.status_code == 302
     assert Agent.objects.get(pk=default_agent().pk).engine_config["base_url"] == url
+
+
+def test_save_anyway_answers_the_context_alone_not_whose_server_it_is(
+    signed_in, squatter, monkeypatch
+):
+    # A model with too little context, on another account's server: Save anyway says yes
+    # to the first, never to the second.
+    monkeypatch.setattr(
+        "chats.views.model_try",
+        lambda choice: ConnectionResult(True, "It answered.", too_small="Too small to work in."),
+    )
+    url = f"http://127.0.0.1:{squatter}/v1"
+    data = {"base_url": url, "model": "squatter:1b", "key": "", "action": "save-anyway"}
+    refused = signed_in.post("/connect/try/", data)
+    assert refused.status_code == 400
+    assert "is run by another account on this computer, nobody" in html.unescape(
+        refused.content.decode()
+    )
+    assert default_agent().engine_config.get("base_url") != url
+    trusted = signed_in.post("/connect/try/", {**data, "trust_other_account": "yes"})
+    assert trusted.status_code == 302
+    assert Agent.objects.get(pk=default_agent().pk).engine_config["base_url"] == url

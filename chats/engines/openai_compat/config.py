@@ -11,6 +11,7 @@ from django.conf import settings
 
 from chats.engines.base import EngineError
 from chats.engines.openai_compat.reasons import ERR_BAD_SETTING, ERR_NO_PROFILE, ERR_NOT_SET_UP
+from chats.limits import LIMITS
 from chats.models import AuthProfile
 from chats.secretbox import SecretsKeyError, secret_readable
 
@@ -28,6 +29,29 @@ RECAP_MAX_TOKENS = 1_000
 BACKOFF_CAP = 30.0
 RETRY_AFTER_CAP = 60.0
 MAX_RETRIES = 8
+# Room a chat needs beyond what every request sends (the system text, the tool schemas) and
+# the reserve for the answer: the person's message and the reply's steps so far. The
+# reply being written is never folded into a recap, so this is what one reply may grow
+# to before it fails: four tool results at their longest (LIMITS.tool_result_chars each),
+# about 4,000 tokens. A context with less than this is too small to work in.
+ROOM_TO_WORK = 4 * LIMITS.tool_result_chars // CHARS_PER_TOKEN
+# The context sizes Conch advises are whole multiples of this.
+CONTEXT_STEP = 1024
+
+# The servers that say their context size, as :class:`ServerContext` names them.
+OLLAMA = "Ollama"
+LLAMACPP = "llama.cpp"
+VLLM = "vLLM"
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """The model's context size as its server says it, and which kind of server said it."""
+
+    size: int
+    kind: str = ""  # OLLAMA, LLAMACPP, VLLM; "" when only the number is known
+    slots: int = 1  # llama.cpp: the slots its context may be shared among
+    own_setting: bool = False  # Ollama: the model's own num_ctx sets it (not the server's)
 
 
 @dataclass(frozen=True)
@@ -43,17 +67,25 @@ class ModelConfig:
     stream_every: float = 0.25
     context_set: bool = False  # context_tokens was set by hand (else the server's is used)
     reserve_set: bool = False
+    server: ServerContext | None = None  # what the server said, once fitted to it
 
-    def fitted(self, server: int | None) -> ModelConfig:
+    def fitted(self, server: int | ServerContext | None) -> ModelConfig:
         """These settings within the context the server says the model has: never more."""
-        if not server:
+        said = ServerContext(server) if isinstance(server, int) else server
+        if not said or said.size <= 0:
             return self
-        context = min(self.context_tokens, server) if self.context_set else server
+        context = min(self.context_tokens, said.size) if self.context_set else said.size
         context = max(256, context)
         reserve = self.reserve_tokens if self.reserve_set else context // 8
         return dataclasses.replace(
-            self, context_tokens=context, reserve_tokens=min(reserve, context - 128)
+            self, context_tokens=context, reserve_tokens=min(reserve, context - 128), server=said
         )
+
+    def context_for(self, tokens: int) -> int:
+        """The smallest context, in whole CONTEXT_STEPs, that holds ``tokens`` beside the
+        reserve for the answer (an eighth of the context, unless reserve_tokens is set)."""
+        whole = tokens + self.reserve_tokens if self.reserve_set else -(-tokens * 8 // 7)
+        return -(-whole // CONTEXT_STEP) * CONTEXT_STEP
 
     @classmethod
     def of(cls, agent: Agent) -> ModelConfig:

@@ -21,13 +21,15 @@ from chats.engines.openai_compat.config import (
     ModelConfig,
     api_key_for,
 )
-from chats.engines.openai_compat.context import server_context
+from chats.engines.openai_compat.context import overflow_reason, server_said
 from chats.engines.openai_compat.messages import (
     Carry,
     _reply_tokens,
     choose_cut,
     estimate_tokens,
+    function_specs,
     messages_for,
+    request_tokens,
     split_replies,
 )
 from chats.engines.openai_compat.reasons import (
@@ -35,7 +37,6 @@ from chats.engines.openai_compat.reasons import (
     ERR_CALL_AT_LENGTH,
     ERR_CUT_AT_LENGTH,
     ERR_NO_ROOM,
-    ERR_OVERFLOW,
     ERR_UNKNOWN_TOOL,
     short,
 )
@@ -87,8 +88,8 @@ class OpenAICompatEngine:
         agent = given.conversation.agent
         config = ModelConfig.of(agent)
         key = api_key_for(agent, config)
-        config = config.fitted(server_context(config, key))
-        tools = [{"type": "function", "function": t.as_function_spec()} for t in given.tools]
+        config = config.fitted(server_said(config, key))
+        tools = function_specs(given.tools)
         messages, state = self._fit(given, config, tools, state)
         answer = complete(
             config,
@@ -178,11 +179,8 @@ class OpenAICompatEngine:
         lines = given.load_transcript()
         carry = Carry(given.turn.number, tuple(state.get("carry") or ()))
         system = given.system_text
-        fixed = (
-            estimate_tokens([{"role": "system", "content": system}])
-            + len(json.dumps(tools)) // CHARS_PER_TOKEN
-            + config.reserve_tokens
-        )
+        sends = request_tokens(system, tools)
+        fixed = sends + config.reserve_tokens
         whole = messages_for(system, lines, carry=carry)
         if fixed + estimate_tokens(whole[1:]) <= config.context_tokens:
             return whole, {k: v for k, v in state.items() if k != "recap"}
@@ -192,13 +190,7 @@ class OpenAICompatEngine:
         recap_room = min(RECAP_MAX_TOKENS, config.context_tokens // 8)
         cut = choose_cut(sizes, config.context_tokens - fixed - recap_room)
         if cut is None:
-            raise EngineError(
-                ERR_OVERFLOW.format(
-                    need=fixed + sizes[-1] if sizes else fixed,
-                    have=config.context_tokens,
-                    model=config.model,
-                )
-            )
+            raise EngineError(overflow_reason(config, fixed + sizes[-1] if sizes else fixed, sends))
         folded = [line for reply in replies[:cut] for line in reply]
         key = f"{given.conversation.pk}:{cut}:{len(folded)}:{replies[cut][0].turn}"
         kept = state.get("recap") or {}
@@ -212,7 +204,5 @@ class OpenAICompatEngine:
         )
         need = fixed + estimate_tokens(messages[1:])
         if need > config.context_tokens:
-            raise EngineError(
-                ERR_OVERFLOW.format(need=need, have=config.context_tokens, model=config.model)
-            )
+            raise EngineError(overflow_reason(config, need, sends))
         return messages, {**state, "recap": {"key": key, "text": recap}}

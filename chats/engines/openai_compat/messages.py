@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chats.engines.base import (
     STEP,
@@ -17,6 +17,9 @@ from chats.engines.base import (
 from chats.engines.openai_compat.config import CHARS_PER_TOKEN, CUT_EVERY, MESSAGE_OVERHEAD
 from chats.models import EntryKind, EntryRole
 from chats.quoting import conch_note, is_conch_note, not_as_conch
+
+if TYPE_CHECKING:
+    from chats.tools.registry import Tool
 
 RECAP_FRAME = conch_note("the earlier part of this chat, summarized to fit the model's context:")
 FOREIGN_FRAME = conch_note("passed on by Conch; the person didn't write this:")
@@ -216,6 +219,20 @@ def estimate_tokens(messages: Iterable[dict[str, Any]]) -> int:
             chars += len(call["function"]["name"]) + len(call["function"]["arguments"]) + 16
         total += MESSAGE_OVERHEAD + chars // CHARS_PER_TOKEN
     return total
+
+
+def function_specs(tools: Iterable[Tool]) -> list[dict[str, Any]]:
+    """The tools as a request offers them."""
+    return [{"type": "function", "function": t.as_function_spec()} for t in tools]
+
+
+def request_tokens(system: str, tools: list[dict[str, Any]]) -> int:
+    """What every request of a chat sends before its transcript: the system text and the
+    tools' schemas (``function_specs``)."""
+    return (
+        estimate_tokens([{"role": "system", "content": system}])
+        + len(json.dumps(tools)) // CHARS_PER_TOKEN
+    )
 
 
 def _reply_tokens(lines: list[Line]) -> int:

@@ -43,10 +43,49 @@ ERR_SERVER_REFUSED = (
     "The model at {url} can't take these messages ({status}: {words}). Its chat template "
     "refused them; trying again would not help."
 )
+# A context too small to work in: Test connection's words and a chat's, each naming the
+# setting of the server that said the size (chats/engines/openai_compat/context.py).
 ERR_OVERFLOW = (
     "This reply no longer fits the model's context: it needs about {need} tokens and "
-    "“{model}” has {have} (context_tokens). Start a fresh chat, or raise context_tokens "
-    "if the model allows more."
+    "“{model}” has {have}{whose}. {advice}"
+)
+ERR_TOO_SMALL = (
+    "“{model}” has {have} tokens of context{whose}: too few to work in. Each request of a "
+    "chat sends about {sends} tokens before the conversation (the system text and {tools}) "
+    "and keeps {reserve} free for the answer, which leaves {left} for the "
+    "person's message and the reply's steps; a reply needs about {room}. {advice}"
+)
+SAID_BY_SERVER = " (as {kind} says)"
+SAID_BY_SETTING = " (context_tokens)"
+OVERFLOW_FRESH_CHAT = (
+    "Start a fresh chat and ask for less in one message, or give the model more context. "
+)
+MORE_CONTEXT_OLLAMA = (
+    "To give it {n} tokens: start Ollama with OLLAMA_CONTEXT_LENGTH={n} ollama serve, or "
+    "set num_ctx {n} for the model (PARAMETER num_ctx {n} in its Modelfile, or "
+    "/set parameter num_ctx {n} then /save {model} in ollama run {model})."
+)
+MORE_CONTEXT_OLLAMA_OWN = (
+    "To give it {n} tokens: set the model's own num_ctx to {n} (PARAMETER num_ctx {n} in "
+    "its Modelfile, then ollama create; or /set parameter num_ctx {n} then /save {model} in "
+    "ollama run {model}). OLLAMA_CONTEXT_LENGTH doesn't change a model that sets its own."
+)
+MORE_CONTEXT_LLAMACPP = "To give it {n} tokens: restart llama-server with -c {n}."
+MORE_CONTEXT_LLAMACPP_SLOTS = (
+    " It has {slots} slots: if they share -c (--parallel without --kv-unified), give -c {total}."
+)
+MORE_CONTEXT_VLLM = (
+    "To give it {n} tokens: restart vLLM with --max-model-len {n} (if the model allows that "
+    "many; else choose one with a longer context)."
+)
+MORE_CONTEXT_SETTING = (
+    "Raise context_tokens to {n} in the persona's engine settings (the admin's Agents): it "
+    "holds the model to {have}, less than its server gives."
+)
+MORE_CONTEXT_UNSAID = (
+    "Its server doesn't say how much context the model has, so Conch takes context_tokens "
+    "({have}). If the model really has {n} tokens or more, set context_tokens to that in the "
+    "persona's engine settings (the admin's Agents); otherwise run it with a longer context."
 )
 ERR_OVERFLOW_SERVER = "The model at {url} says this reply no longer fits its context: {words}"
 ERR_BAD_ARGS = "The model called {tool} with arguments that aren't a JSON object: {raw}"
