@@ -140,6 +140,20 @@ def test_test_connection_says_a_context_too_small_to_work_in_and_what_would_help
     assert too_small_to_work_in(config.fitted(n - 1024), sends), "and not far more"
 
 
+def test_a_context_that_holds_the_requests_but_leaves_no_room_to_work_is_too_small(model_agent):
+    # Ollama's smallest default today, 4096: what every request sends and the answer's
+    # reserve fit, but a reply of a few file reads would not.
+    with Replay(stream(ANSWER), pages=OLLAMA[0]) as replay:
+        use_model(model_agent, replay.base_url, model=OLLAMA[1])
+        words = model_test(model_agent).too_small
+    system_text, tools = chat_sends(model_agent)
+    left = 4096 - request_tokens(system_text, function_specs(tools)) - 512
+    assert 0 < left < ROOM_TO_WORK
+    assert "“llava” has 4096 tokens of context (as Ollama says): too few to work in" in words
+    assert f"which leaves {left} for the person's message" in words, words
+    assert f"OLLAMA_CONTEXT_LENGTH={needed(words)} ollama serve" in words
+
+
 def test_a_context_with_room_to_work_passes_test_connection_without_a_word(model_agent):
     models = page("vllm-models.json")
     models["data"][0]["max_model_len"] = 32_768
@@ -168,6 +182,25 @@ def test_a_chats_first_message_in_too_small_a_context_gives_the_same_true_advice
     assert knob.format(n=tested) in reason, reason
     assert "context_tokens" not in reason and "fresh chat" not in reason, reason
     assert len(replay.completions) == 1, "only Test connection's request was sent"
+
+
+def test_one_reply_too_long_for_a_context_with_room_is_told_a_fresh_chat_or_more(model_agent):
+    models = page("vllm-models.json")
+    models["data"][0]["max_model_len"] = 16_384
+    with Replay(pages={"/v1/models": models}) as replay:
+        use_model(model_agent, replay.base_url, model=VLLM[1])
+        chat = ChatFactory(agent=model_agent, title="Fix the README")
+        turn = run(chat, text=("word " * 20_000).strip())
+    reason = turn.end_reason
+    assert turn.state == TurnState.FAILED
+    assert "has 16384 (as vLLM says). Start a fresh chat and ask for less in one message" in (
+        reason
+    )
+    need = int(re.search(r"needs about (\d+) tokens", reason).group(1))
+    n = needed(reason)
+    assert n > need > 16_384, "this reply's own size, beside the answer's reserve"
+    assert f"restart vLLM with --max-model-len {n} " in reason
+    assert replay.completions == []
 
 
 def test_a_persona_holding_the_model_below_its_server_is_told_to_raise_its_setting(
