@@ -457,6 +457,7 @@ class ConversationAdmin(admin.ModelAdmin):
         "public_id",
         "status",
         "taint",
+        "context_recap",
         "session_started_at",
         "last_interaction_at",
         "created_at",

@@ -64,8 +64,12 @@ class Limits:
     diff_file_bytes: int = 200_000  # a file larger than this is not read for a diff
     diff_shown_chars: int = 12_000  # one file's diff, or a new file's words, as shown
 
-    # Summaries (compaction's recap).
+    # Summaries (compaction's recap, and the recap of a chat too long for its model).
     summary_chars: int = 4_000
+    # What one summary request reads beside the earlier recap; a longer stretch is folded
+    # in at most summary_folds requests, each one's summary the next one's earlier recap.
+    summary_read_chars: int = 32_000
+    summary_folds: int = 8
     summary_line_chars: int = 200
 
     # The gateway's doors.

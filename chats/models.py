@@ -268,6 +268,12 @@ class Conversation(models.Model):
         blank=True,
         help_text="For the scripted engine: the replies this chat's assistant plays.",
     )
+    context_recap = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The oldest replies, summarized by a model to fit its context: how many "
+        "replies it covers, a digest of them, and its words. The next recap folds on from it.",
+    )
     # NULL, not "", for chats outside the gateway: unique only among real keys.
     session_key = models.CharField(max_length=512, null=True, blank=True)  # noqa: DJ001
     session_started_at = models.DateTimeField(default=timezone.now)

@@ -56,6 +56,10 @@ class EngineInput:
     # Told before a model engine waits to try a call again: how long, and whether the
     # server asked for the wait (a 429's Retry-After), so the page can say so.
     on_wait: Callable[[float, bool], None] | None = None
+    # Keeps the chat's recap (its oldest replies, summarized to fit the model's context:
+    # ``{"replies", "digest", "text"}``) as ``Conversation.context_recap``, so the next
+    # reply, and a restarted server, fold on from it rather than summarize it all again.
+    keep_recap: Callable[[dict[str, Any]], None] | None = None
 
 
 @dataclass(frozen=True)

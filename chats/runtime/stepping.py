@@ -136,6 +136,15 @@ def _transcript_loader(conversation: Conversation):
     return load
 
 
+def _recap_keeper(conversation: Conversation):
+    def keep(recap: dict[str, Any]) -> None:
+        """The chat's recap, kept where its next reply (and a restarted server) finds it.
+        No ``save()``: nothing the page shows changed."""
+        Conversation.objects.filter(pk=conversation.pk).update(context_recap=recap)
+
+    return keep
+
+
 class _TextStreamer:
     """What a model engine calls with the reply's words so far: a ``reply.text`` event.
 
@@ -334,6 +343,7 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
                     on_text=streamer,
                     halt=halt,
                     on_wait=streamer.waiting,
+                    keep_recap=_recap_keeper(conversation),
                 )
             )
         except EngineError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chats.engines.openai_compat import context, recap, retries
+from chats.engines.openai_compat import context, retries
 from chats.models import AuthProfile
 from tests.engines.fake_openai import FakeOpenAI
 from tests.factories import AgentFactory
@@ -33,11 +33,9 @@ def slept(monkeypatch) -> list[float]:
 
 
 @pytest.fixture(autouse=True)
-def fresh_recaps():
-    recap._recaps.clear()
+def fresh_contexts():
     context._contexts.clear()
     yield
-    recap._recaps.clear()
     context._contexts.clear()
 
 

@@ -1,10 +1,11 @@
 """A loopback server that speaks OpenAI's Chat Completions protocol, for contract tests.
 
 It records every request (path, headers, JSON body) and answers each with the
-next scripted response, in order. A streaming request (``"stream": true``)
-gets server-sent events: ``data: {chunk}`` lines with content or
-``tool_calls`` deltas, then ``data: [DONE]``. A request with nothing left to
-play gets a 500 naming that, so a test that under-scripts fails loudly.
+next scripted response, in order, then by what a judge of its body says, if the
+test gave one. A streaming request (``"stream": true``) gets server-sent events:
+``data: {chunk}`` lines with content or ``tool_calls`` deltas, then
+``data: [DONE]``. A request with nothing left to play gets a 500 naming that, so
+a test that under-scripts fails loudly.
 
 Nothing here sleeps: a test that runs replies in another thread waits with
 :meth:`FakeOpenAI.wait_for_requests`, on a condition.
@@ -16,6 +17,7 @@ import json
 import socket
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -184,6 +186,7 @@ class FakeOpenAI:
         self.requests: list[Recorded] = []
         self._script: deque[Response] = deque()
         self._changed = threading.Condition()
+        self._judge: Callable[[dict[str, Any]], Response] | None = None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -276,6 +279,13 @@ class FakeOpenAI:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
+    def answer_with(self, judge: Callable[[dict[str, Any]], Response]) -> FakeOpenAI:
+        """Answer each request the script has nothing left for by what ``judge`` says of its
+        body: a test that can't know in advance which request comes when (a recap's, say)."""
+        with self._changed:
+            self._judge = judge
+        return self
+
     def play(self, *responses: Response) -> FakeOpenAI:
         with self._changed:
             self._script.extend(responses)
@@ -323,6 +333,8 @@ class FakeOpenAI:
         with self._changed:
             self.requests.append(recorded)
             response = self._script.popleft() if take and self._script else None
+            if take and response is None and self._judge is not None:
+                response = self._judge(body)
             self._changed.notify_all()
         return response
 

@@ -15,9 +15,11 @@ from llmock.testing import LLMockServer
 from chats.engines import openai_compat as oc
 from chats.engines.discovery import models_list
 from chats.engines.http import tls_context
+from chats.engines.openai_compat.messages import passed_on
 from chats.models import EntryRole, Step, TurnState
 from tests.engines.conftest import use_model
 from tests.engines.test_failures import run
+from tests.engines.test_recaps import ask, questions_in, written
 from tests.factories import ChatFactory
 
 # Only the completions: the engine also asks the server for the model's context size.
@@ -203,3 +205,34 @@ def test_a_stream_that_keeps_breaking_ends_the_reply_saying_so(model_agent, mock
     assert turn.state == TurnState.FAILED
     assert "after 3 tries" in turn.end_reason, turn.end_reason
     assert len(slept) == 2
+
+
+def test_a_recap_folds_on_from_the_one_before(model_agent, mock):
+    """Its summary requests (the ones that offer no tools) each read the recap before it,
+    framed, and only the replies the cut newly passed: the same size each time."""
+    recaps = [f"Recap {k}: " + "They went on with the details. " * 40 for k in range(3)]
+    mock.state.scenarios.add(
+        *(Reply(text=text, match=Match(path="*/chat/completions", tools=False)) for text in recaps),
+        Reply(text="Answered.", times=None, match=Match(path="*/chat/completions", tools=True)),
+    )
+    chat = chat_on(model_agent, mock, context_tokens=4_000)
+    written(chat, range(9))
+    ask(chat, 9)
+    for n in (10, 14):
+        written(chat, range(n, n + oc.CUT_EVERY - 1))
+        ask(chat, n + oc.CUT_EVERY - 1)
+
+    summaries = [
+        r.body["messages"][-1]["content"]
+        for r in mock.state.journal.records(wait=5)
+        if r.path.endswith("/chat/completions") and not r.body.get("tools")
+    ]
+    assert len(summaries) == 3
+    assert not summaries[0].startswith(oc.RECAP_FRAME)
+    folded = questions_in(summaries[0])
+    for k, read in enumerate(summaries[1:], start=1):
+        assert read.startswith(passed_on(recaps[k - 1].strip(), oc.RECAP_FRAME) + "\n\n")
+        new = questions_in(read)
+        assert new == list(range(folded[-1] + 1, folded[-1] + 1 + oc.CUT_EVERY)), read
+        folded += new
+    assert abs(len(summaries[2]) - len(summaries[1])) <= 10  # one recap, one cut's replies

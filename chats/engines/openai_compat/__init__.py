@@ -53,8 +53,14 @@ Context budget: when the whole transcript would not fit ``context_tokens``
 into one recap by :func:`chats.summarize.summarize`, the summarizer
 maintenance uses, and the recent replies are kept. The cut moves in steps of
 :data:`CUT_EVERY` replies, so the kept part's bytes stay the same for a
-while. The reply being written is always kept whole; if it alone no longer
-fits, the reply fails and says so.
+while. When it moves, the recap folds on: the new one is made from the one
+before (framed as the earlier recap) and the replies newly cut, never from the
+whole transcript, so summary requests stay the same size however long the
+chat. The chat keeps its latest recap through ``EngineInput.keep_recap``
+(``Conversation.context_recap``), so the next reply and a restarted server
+fold on from it, and the same history gives the same recap's bytes. The reply
+being written is always kept whole; if it alone no longer fits, the reply
+fails and says so.
 
 Failures end the reply as failed, with a reason a person can read: an
 unreachable endpoint, a bad key, a rate limit, a malformed tool call, an
@@ -65,7 +71,8 @@ bounded number of times, honouring ``retry-after-ms`` and ``retry-after``. A
 timeout is time without a chunk arriving, not the time a whole answer takes;
 Stop (``EngineInput.halt``) ends the wait for an answer and the pause between
 tries at once. An answer stopped at its length limit is never a completed
-reply. Nothing stored is lost: the engine never writes.
+reply. Nothing stored is lost: the engine never writes (the recap it made, the
+runtime keeps).
 
 The package's parts:
 

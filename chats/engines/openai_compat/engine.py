@@ -40,7 +40,7 @@ from chats.engines.openai_compat.reasons import (
     ERR_UNKNOWN_TOOL,
     short,
 )
-from chats.engines.openai_compat.recap import _recap
+from chats.engines.openai_compat.recap import recap_for
 from chats.engines.openai_compat.retries import complete
 from chats.engines.openai_compat.stream import Answer
 from chats.limits import LIMITS
@@ -191,18 +191,23 @@ class OpenAICompatEngine:
         cut = choose_cut(sizes, config.context_tokens - fixed - recap_room)
         if cut is None:
             raise EngineError(overflow_reason(config, fixed + sizes[-1] if sizes else fixed, sends))
-        folded = [line for reply in replies[:cut] for line in reply]
-        key = f"{given.conversation.pk}:{cut}:{len(folded)}:{replies[cut][0].turn}"
-        kept = state.get("recap") or {}
-        if kept.get("key") == key:
-            recap = kept["text"]
-        else:
-            limit = min(LIMITS.summary_chars, recap_room * CHARS_PER_TOKEN)
-            recap = _recap(given.conversation.agent, key, folded, limit)
+        stored = given.conversation.context_recap or {}
+        recap = recap_for(
+            given.conversation.agent,
+            replies,
+            cut,
+            min(LIMITS.summary_chars, recap_room * CHARS_PER_TOKEN),
+            known=(state.get("recap"), stored),
+        )
+        if recap != stored and given.keep_recap is not None:
+            given.keep_recap(recap)
         messages = messages_for(
-            system, [line for reply in replies[cut:] for line in reply], recap=recap, carry=carry
+            system,
+            [line for reply in replies[cut:] for line in reply],
+            recap=recap["text"],
+            carry=carry,
         )
         need = fixed + estimate_tokens(messages[1:])
         if need > config.context_tokens:
             raise EngineError(overflow_reason(config, need, sends))
-        return messages, {**state, "recap": {"key": key, "text": recap}}
+        return messages, {**state, "recap": recap}
