@@ -86,7 +86,11 @@ class Ask:
 
 @dataclass(frozen=True)
 class End:
+    """The reply ends, with these last words if any. ``data`` is kept on their entry, for
+    the page (``{"refusal": true}``: the model refused, in these words)."""
+
     text: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -406,7 +406,11 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
                 return Advance(False)
             if action.text:
                 entry_append(
-                    conversation=conversation, role=EntryRole.ASSISTANT, text=action.text, turn=turn
+                    conversation=conversation,
+                    role=EntryRole.ASSISTANT,
+                    text=action.text,
+                    turn=turn,
+                    data=action.data,
                 )
             Turn.objects.filter(pk=turn.pk).update(engine_state=new_state)
             turn_end_locked(conversation=conversation, turn=turn, state=TurnState.COMPLETED)

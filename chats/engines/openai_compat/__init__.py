@@ -71,8 +71,9 @@ bounded number of times, honouring ``retry-after-ms`` and ``retry-after``. A
 timeout is time without a chunk arriving, not the time a whole answer takes;
 Stop (``EngineInput.halt``) ends the wait for an answer and the pause between
 tries at once. An answer stopped at its length limit is never a completed
-reply. Nothing stored is lost: the engine never writes (the recap it made, the
-runtime keeps).
+reply. A refusal (OpenAI's ``refusal`` field) is the reply's words, kept marked
+``{"refusal": true}``. Nothing stored is lost: the engine never writes (the recap
+it made, the runtime keeps).
 
 The package's parts:
 

@@ -103,6 +103,9 @@ class OpenAICompatEngine:
         )
         if answer.stopped:
             return Decision(End(), state)  # stopped meanwhile: the runtime lets this go
+        # A refusal's words are the answer's words, kept marked as a refusal for the page;
+        # the model reads them back next time as its own.
+        marked = {"refusal": True} if answer.refusal else {}
 
         if answer.cut:
             # Past LIMITS.answer_chars: its words end here, and no call of it runs (its
@@ -113,7 +116,7 @@ class OpenAICompatEngine:
                 n=LIMITS.answer_chars,
                 calls=conch_words(", and none of its tool calls ran") if answer.calls else NOTHING,
             )
-            return Decision(End(f"{answer.text}\n\n{note}".strip()), state)
+            return Decision(End(f"{answer.words}\n\n{note}".strip(), marked), state)
 
         offered = {t.name for t in given.tools}
         cut_short = answer.finish_reason == "length"
@@ -136,13 +139,13 @@ class OpenAICompatEngine:
             actions.append({"tool": call.name, "args": args})
         if cut_short and not actions:
             # Stopped at its length limit: never a completed reply, whatever it wrote.
-            actions = [{"fail": ERR_CUT_AT_LENGTH if answer.text else ERR_NO_ROOM}]
+            actions = [{"fail": ERR_CUT_AT_LENGTH if answer.words else ERR_NO_ROOM}]
         if actions and "tool" in actions[0]:
             state["carry"] = [*state.get("carry", []), *_carried(answer)]
 
         if not actions:
-            return Decision(End(answer.text), state)
-        words = answer.text
+            return Decision(End(answer.words, marked), state)
+        words = answer.words
         if answer.calls_refused and "tool" in actions[0]:
             asked = len(answer.calls) + answer.calls_refused
             words = "\n\n".join(
@@ -161,7 +164,7 @@ class OpenAICompatEngine:
                 if part
             )
         if words:
-            return Decision(Say(words), {**state, "queue": actions})
+            return Decision(Say(words, marked), {**state, "queue": actions})
         first, rest = actions[0], actions[1:]
         state["queue"] = rest
         if "fail" in first:

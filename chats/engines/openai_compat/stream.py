@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 # - Some servers think aloud inline (``<think>…</think>``); others in a field of
 #   their own (``reasoning_content``, ``reasoning``), which DeepSeek wants back with
 #   the calls it came with, as Gemini wants each call's ``extra_content``.
+# - OpenAI sends a refusal as ``refusal`` pieces, with ``content`` null: they are the
+#   answer's words, and the answer says it refused.
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,12 @@ class Answer:
     reasoning_field: str = ""  # the field the server thought aloud in, to send it back in
     cut: bool = False  # it went past LIMITS.answer_chars, and the rest wasn't read
     calls_refused: int = 0  # the calls past LIMITS.answer_tool_calls, never kept
+    refusal: str = ""  # the model's words refusing the request, sent apart from its content
+
+    @property
+    def words(self) -> str:
+        """What the answer says: its words, and its refusal's."""
+        return "\n\n".join(part for part in (self.text, self.refusal) if part)
 
 
 @dataclass
@@ -83,6 +91,7 @@ class _Reading:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.reasoning: list[str] = []
+        self.refusal: list[str] = []
         self.reasoning_field = ""
         self.slots: list[_Slot] = []
         self.at: dict[int, _Slot] = {}
@@ -119,6 +128,9 @@ class _Reading:
     def _delta(self, delta: Any) -> None:
         if isinstance(delta.content, str) and delta.content:
             self._keep(self.text, delta.content)
+        refusal = getattr(delta, "refusal", None)
+        if isinstance(refusal, str) and refusal:
+            self._keep(self.refusal, refusal)
         for name in REASONING_FIELDS:
             piece = getattr(delta, name, None)
             if isinstance(piece, str) and piece:
@@ -177,6 +189,7 @@ class _Reading:
             reasoning_field=self.reasoning_field,
             cut=self.cut,
             calls_refused=self.calls_refused,
+            refusal="".join(self.refusal).strip(),
         )
 
 
