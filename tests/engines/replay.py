@@ -2,7 +2,9 @@
 
 Each POST takes the next :class:`Played`: a status, headers and the recorded
 body, sent as they are. Every request is kept (path, headers, JSON body). A GET
-answers from ``pages`` (path to JSON), for the servers' own info endpoints.
+answers from ``pages`` (path to JSON), for the servers' own info endpoints. A played answer
+may also break the connection: :func:`cut` ends its body early, :data:`HANG_UP` answers
+nothing at all.
 """
 
 from __future__ import annotations
@@ -25,11 +27,23 @@ class Played:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     pace: float = 0.0  # seconds before each event of a stream (a slow model)
+    # The body breaks off after this many bytes: sent chunked, and the connection closed
+    # before the last chunk, as a server that dies mid-answer leaves it.
+    cut: int | None = None
+    hang_up: bool = False  # the request is read, then the connection closed with no answer
 
 
 def stream(name: str) -> Played:
     """A recorded stream of server-sent events."""
     return Played((RECORDINGS / name).read_bytes(), headers={"Content-Type": "text/event-stream"})
+
+
+def cut(played: Played, after: int) -> Played:
+    """``played`` whose body breaks off after ``after`` bytes."""
+    return Played(played.body, played.status, played.headers, cut=after)
+
+
+HANG_UP = Played(b"", hang_up=True)
 
 
 def error(name: str, status: int, **headers: str) -> Played:
@@ -88,9 +102,20 @@ class Replay:
                 )
 
             def _send(self, played: Played, *, completion: bool = False) -> None:
+                if played.hang_up:
+                    self.close_connection = True
+                    return
                 self.send_response(played.status)
                 for name, value in played.headers.items():
                     self.send_header(name, value)
+                if played.cut is not None:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    part = played.body[: played.cut]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part))  # no last chunk
+                    self.wfile.flush()
+                    self.close_connection = True
+                    return
                 if not played.pace:
                     self.send_header("Content-Length", str(len(played.body)))
                     self.end_headers()

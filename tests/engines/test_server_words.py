@@ -1,14 +1,17 @@
-"""What the server's answer was, in the right words: a refusal is the reply's words, marked.
+"""What the server's answer was, in the right words: a refusal is the reply's words, marked; a
+connection that broke is told apart from one never made.
 
-Each replays a real server's bytes (tests/engines/recordings/SOURCES.md).
+Each replays a real server's bytes (tests/engines/recordings/SOURCES.md), or a real break
+of the connection (``replay.cut``, ``replay.HANG_UP``).
 """
 
 from __future__ import annotations
 
+from chats.engines import openai_compat as oc
 from chats.models import EntryRole, TurnState
-from tests.engines.replay import Replay, stream
+from tests.engines.replay import HANG_UP, Replay, cut, error, stream
 from tests.engines.test_failures import run
-from tests.engines.test_wire import DONE, answer_of, chat_on
+from tests.engines.test_wire import DONE, answer_of, chat_on, said
 
 REFUSED = "I'm sorry, I can't assist with that request."
 
@@ -33,3 +36,49 @@ def test_a_refusal_is_the_replys_words_marked_and_the_model_reads_them_back(mode
     messages = replay.completions[1]["messages"]
     assert {"role": "assistant", "content": REFUSED} in messages
     assert messages[-1]["role"] == "user"
+
+
+def test_an_answer_that_breaks_off_mid_body_is_said_to_break_off_not_to_be_unreachable(
+    model_agent, slept
+):
+    # The server answers, sends part of its stream, and the connection closes before the
+    # chunked body's last chunk: httpx's "incomplete chunked read".
+    broken = cut(DONE, 300)
+    with Replay(broken, broken) as replay:
+        chat = chat_on(model_agent, replay, retries=1)
+        turn = run(chat)
+    assert turn.state == TurnState.FAILED
+    assert turn.end_reason == oc.ERR_CUT_OFF.format(url=replay.base_url, tries="2 tries")
+    assert len(replay.completions) == 2 and slept == [1.0]
+
+
+def test_an_answer_that_broke_off_once_is_tried_again(model_agent, slept):
+    with Replay(cut(DONE, 300), DONE) as replay:
+        chat = chat_on(model_agent, replay)
+        turn = run(chat)
+    assert turn.state == TurnState.COMPLETED, turn.end_reason
+    assert said(chat) == ["Hello there!"]
+
+
+def test_an_error_whose_body_breaks_off_is_an_answer_that_broke_off(model_agent, slept):
+    # A 500 whose body never ends: the SDK reads it to raise the status error, and lets
+    # the transport's error out as it is. Never "Conch hit an internal error".
+    broken = cut(error("llamacpp-500-context.json", 500), 12)
+    with Replay(broken, broken) as replay:
+        chat = chat_on(model_agent, replay, retries=1)
+        turn = run(chat)
+    assert turn.state == TurnState.FAILED
+    assert turn.end_reason == oc.ERR_CUT_OFF.format(url=replay.base_url, tries="2 tries")
+
+
+def test_a_server_that_takes_the_request_and_hangs_up_was_reached(model_agent, slept):
+    with Replay(HANG_UP, HANG_UP) as replay:
+        chat = chat_on(model_agent, replay, retries=1)
+        turn = run(chat)
+    assert turn.state == TurnState.FAILED
+    assert turn.end_reason.startswith(
+        f"The model at {replay.base_url} took the request, then closed the connection "
+        "without answering (Server disconnected without sending a response.), after 2 tries."
+    )
+    assert "couldn't reach" not in turn.end_reason
+    assert len(replay.completions) == 2

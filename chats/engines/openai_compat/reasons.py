@@ -111,6 +111,14 @@ OVERFLOW_WORDS = re.compile(
 )
 
 
+# A server that was reached, and closed the connection before it answered: not "couldn't
+# reach", which is for a connection never made.
+ERR_HUNG_UP = (
+    "The model at {url} took the request, then closed the connection without answering "
+    "({why}), after {tries}. The server may have crashed or run out of memory: its log says why."
+)
+
+
 def short(raw: str, limit: int = 120) -> str:
     raw = " ".join(str(raw).split())
     return repr(raw if len(raw) <= limit else raw[: limit - 1] + "…")

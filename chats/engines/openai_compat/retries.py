@@ -20,6 +20,7 @@ from chats.engines.openai_compat.config import BACKOFF_CAP, RETRY_AFTER_CAP, Mod
 from chats.engines.openai_compat.reasons import (
     DETERMINISTIC_WORDS,
     ERR_BAD_KEY,
+    ERR_HUNG_UP,
     ERR_NO_KEY,
     ERR_NOT_FOUND,
     ERR_OVERFLOW_SERVER,
@@ -105,6 +106,22 @@ def _cause(exc: BaseException) -> str:
     return words[:200] or "no answer"
 
 
+def _reached(exc: BaseException) -> bool:
+    """Whether the connection was made before it failed, by the transport's own error in the
+    exception's chain: the server closed it or broke off (httpx's RemoteProtocolError, or a
+    read that failed), rather than nothing listening, or no route to it (ConnectError)."""
+    import httpx
+
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, (httpx.RemoteProtocolError, httpx.ReadError)):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
 def _refused_param(exc: Exception, param: str) -> bool:
     """Whether a 400 refuses this request parameter (o-series and gpt-5 refuse max_tokens)."""
     body = getattr(exc, "body", None)
@@ -127,7 +144,8 @@ def _transient(
     if isinstance(exc, openai.APITimeoutError):
         return ERR_TIMEOUT.format(url=url, seconds=config.timeout, tries="{tries}"), None
     if isinstance(exc, openai.APIConnectionError):
-        return ERR_UNREACHABLE.format(url=url, why=_cause(exc), tries="{tries}"), None
+        template = ERR_HUNG_UP if _reached(exc) else ERR_UNREACHABLE
+        return template.format(url=url, why=_cause(exc), tries="{tries}"), None
     words = _server_words(exc, key)
     code = str(getattr(exc, "code", "") or "")
     # Checked before any status: a server that says the context is full says it the same

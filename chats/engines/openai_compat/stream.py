@@ -323,7 +323,12 @@ def _stream_once(
                 http_client=http,  # type: ignore[arg-type]
             ) as client,
         ):
-            stream = client.chat.completions.create(**params)
+            try:
+                stream = client.chat.completions.create(**params)
+            except httpx.TransportError as exc:
+                # The server began its answer (an error's status line), then broke off
+                # before its body ended: the SDK lets the transport's error out unwrapped.
+                raise _Retry(ERR_CUT_OFF.format(url=config.base_url, tries="{tries}")) from exc
             watch.progress()
             with stream:
                 chunks = iter(stream)
