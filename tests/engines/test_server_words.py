@@ -1,11 +1,14 @@
 """What the server's answer was, in the right words: a refusal is the reply's words, marked; a
-connection that broke is told apart from one never made.
+connection that broke is told apart from one never made; a failure the server says will
+repeat is said at once, with what to do.
 
 Each replays a real server's bytes (tests/engines/recordings/SOURCES.md), or a real break
 of the connection (``replay.cut``, ``replay.HANG_UP``).
 """
 
 from __future__ import annotations
+
+import pytest
 
 from chats.engines import openai_compat as oc
 from chats.models import EntryRole, TurnState
@@ -82,3 +85,52 @@ def test_a_server_that_takes_the_request_and_hangs_up_was_reached(model_agent, s
     )
     assert "couldn't reach" not in turn.end_reason
     assert len(replay.completions) == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "words", "advice"),
+    [
+        (
+            "llamacpp-500-tools-stream.json",
+            500,
+            "Cannot use tools with stream",
+            "Update llama.cpp and start llama-server again.",
+        ),
+        (
+            "llamacpp-500-tools-jinja.json",
+            500,
+            "tools param requires --jinja flag",
+            "start llama-server with --jinja.",
+        ),
+        (
+            "ollama-400-no-tools.json",
+            400,
+            "registry.ollama.ai/library/gemma3:4b does not support tools",
+            "Pick a model that supports tools",
+        ),
+        (
+            "vllm-400-auto-tool-choice.json",
+            400,
+            '"auto" tool choice requires --enable-auto-tool-choice',
+            "start it with --enable-auto-tool-choice and the --tool-call-parser for this model.",
+        ),
+        (
+            "openrouter-404-no-tool-endpoints.json",
+            404,
+            "No endpoints found that support tool use.",
+            "Pick a model that supports tool use.",
+        ),
+    ],
+    ids=["llamacpp-stream", "llamacpp-jinja", "ollama", "vllm", "openrouter"],
+)
+def test_a_failure_the_server_says_will_repeat_is_said_at_once_with_what_to_do(
+    model_agent, slept, name, status, words, advice
+):
+    with Replay(*[error(name, status)] * 3) as replay:
+        chat = chat_on(model_agent, replay)
+        turn = run(chat)
+    assert turn.state == TurnState.FAILED
+    assert len(replay.completions) == 1 and slept == []  # never tried again
+    assert f"({status}: " in turn.end_reason and words in turn.end_reason
+    assert advice in turn.end_reason, turn.end_reason
+    assert "Check the model name" not in turn.end_reason  # OpenRouter's 404 is no unknown model

@@ -64,7 +64,8 @@ fails and says so.
 
 Failures end the reply as failed, with a reason a person can read: an
 unreachable endpoint, a bad key, a rate limit, a malformed tool call, an
-unknown tool, context overflow, a template that refuses the messages. Transient
+unknown tool, context overflow, a template that refuses the messages, a server
+that can't take tools (said with what to do, and never tried again). Transient
 ones (connection errors, timeouts, 429, 5xx, an answer cut off mid-stream, a
 chunk that isn't JSON) are retried with exponential backoff (tenacity), a
 bounded number of times, honouring ``retry-after-ms`` and ``retry-after``. A

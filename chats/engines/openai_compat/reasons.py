@@ -117,6 +117,53 @@ ERR_HUNG_UP = (
     "The model at {url} took the request, then closed the connection without answering "
     "({why}), after {tries}. The server may have crashed or run out of memory: its log says why."
 )
+# What a server says when it will fail the same way on every try, beside the template
+# refusals of DETERMINISTIC_WORDS, and what to do about it: its own words decide, whatever
+# status it sends them with (llama.cpp says them with a 500, which would otherwise be tried
+# again). tests/engines/test_server_words.py replays each server's real body
+# (tests/engines/recordings/SOURCES.md says where each comes from).
+ERR_STREAM_TOOLS = (
+    "The llama.cpp server at {url} can't stream an answer that may call tools ({status}: "
+    "{words}): its build is older than streamed tool calls. Update llama.cpp and start "
+    "llama-server again."
+)
+ERR_TOOLS_NEED_JINJA = (
+    "The llama.cpp server at {url} takes tools only with its chat templates on ({status}: "
+    "{words}): start llama-server with --jinja."
+)
+ERR_MODEL_NO_TOOLS = (
+    "“{model}” at {url} can't use tools ({status}: {words}), and a persona works through "
+    "them. Pick a model that supports tools (Ollama's library marks them “tools”)."
+)
+ERR_VLLM_NO_TOOLS = (
+    "The vLLM server at {url} isn't set up for tool calls ({status}: {words}): start it "
+    "with --enable-auto-tool-choice and the --tool-call-parser for this model."
+)
+ERR_ROUTE_NO_TOOLS = (
+    "No provider of “{model}” at {url} takes tools ({status}: {words}). Pick a model "
+    "that supports tool use."
+)
+SAME_EVERY_TIME = (
+    # llama.cpp before streamed tool calls (its oaicompat_completion_params_parse).
+    (re.compile(r"cannot use tools with stream", re.IGNORECASE), ERR_STREAM_TOOLS),
+    # llama.cpp started without --jinja.
+    (re.compile(r"tools param requires --jinja", re.IGNORECASE), ERR_TOOLS_NEED_JINJA),
+    # Ollama, for a model whose template has no tools: "<name> does not support tools".
+    (re.compile(r"does not support tools", re.IGNORECASE), ERR_MODEL_NO_TOOLS),
+    # vLLM started without --enable-auto-tool-choice and --tool-call-parser.
+    (
+        re.compile(r"tool choice requires --enable-auto-tool-choice", re.IGNORECASE),
+        ERR_VLLM_NO_TOOLS,
+    ),
+    # OpenRouter, for a model none of whose providers take tools (a 404).
+    (re.compile(r"no endpoints found that support tool use", re.IGNORECASE), ERR_ROUTE_NO_TOOLS),
+)
+
+
+def same_every_time(words: str) -> str | None:
+    """The reason for a server's words that say the request will fail the same way on every
+    try, with ``{url}``, ``{status}``, ``{words}`` and ``{model}`` slots; None for others."""
+    return next((reason for found, reason in SAME_EVERY_TIME if found.search(words)), None)
 
 
 def short(raw: str, limit: int = 120) -> str:

@@ -32,6 +32,7 @@ from chats.engines.openai_compat.reasons import (
     ERR_TIMEOUT,
     ERR_UNREACHABLE,
     OVERFLOW_WORDS,
+    same_every_time,
 )
 from chats.engines.openai_compat.stream import Answer, _Halted, _Retry, _stream_once, _StreamError
 
@@ -152,6 +153,10 @@ def _transient(
     # way next time, whatever status it sends it with (llama.cpp used 500 for it).
     if code == "context_length_exceeded" or OVERFLOW_WORDS.search(words):
         raise EngineError(ERR_OVERFLOW_SERVER.format(url=url, words=words))
+    repeats = same_every_time(words)
+    if repeats:  # the server's own words say the next try fails the same way
+        status = getattr(exc, "status_code", None) or "mid-answer"
+        raise EngineError(repeats.format(url=url, status=status, words=words, model=config.model))
     if not isinstance(exc, openai.APIStatusError):  # an error event inside the stream
         raise EngineError(ERR_REFUSED.format(url=url, status="mid-answer", words=words))
     status = exc.status_code
