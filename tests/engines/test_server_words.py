@@ -1,6 +1,6 @@
-"""What the server's answer was, in the right words: a refusal is the reply's words, marked; a
-connection that broke is told apart from one never made; a failure the server says will
-repeat is said at once, with what to do.
+"""What the server's answer was, in the right words: a refusal is the reply's words, marked;
+a connection that broke is told apart from one never made; a failure the server says will
+repeat is said at once, with what to do; an answer whose stream said ``[DONE]`` is whole.
 
 Each replays a real server's bytes (tests/engines/recordings/SOURCES.md), or a real break
 of the connection (``replay.cut``, ``replay.HANG_UP``).
@@ -11,8 +11,9 @@ from __future__ import annotations
 import pytest
 
 from chats.engines import openai_compat as oc
+from chats.engines.base import EngineError
 from chats.models import EntryRole, TurnState
-from tests.engines.replay import HANG_UP, Replay, cut, error, stream
+from tests.engines.replay import HANG_UP, Played, Replay, cut, error, stream
 from tests.engines.test_failures import run
 from tests.engines.test_wire import DONE, answer_of, chat_on, said
 
@@ -134,3 +135,20 @@ def test_a_failure_the_server_says_will_repeat_is_said_at_once_with_what_to_do(
     assert f"({status}: " in turn.end_reason and words in turn.end_reason
     assert advice in turn.end_reason, turn.end_reason
     assert "Check the model name" not in turn.end_reason  # OpenRouter's 404 is no unknown model
+
+
+def test_an_empty_finish_reason_then_done_is_a_whole_answer(model_agent, slept):
+    with Replay(stream("geniex-empty-finish-reason.sse")) as replay:
+        chat = chat_on(model_agent, replay)
+        turn = run(chat)
+    assert turn.state == TurnState.COMPLETED, turn.end_reason
+    assert said(chat) == ["Hello! How can I help you today?"]
+    assert len(replay.completions) == 1 and slept == []
+
+
+def test_an_empty_finish_reason_with_no_done_is_still_an_answer_that_broke_off(slept):
+    whole = stream("geniex-empty-finish-reason.sse")
+    unended = Played(whole.body.replace(b"data:[DONE]\n\n", b""), headers=whole.headers)
+    with Replay(unended) as replay, pytest.raises(EngineError) as failed:
+        answer_of(replay, retries=0)
+    assert str(failed.value) == oc.ERR_CUT_OFF.format(url=replay.base_url, tries="1 try")

@@ -34,6 +34,9 @@ log = logging.getLogger(__name__)
 #   the calls it came with, as Gemini wants each call's ``extra_content``.
 # - OpenAI sends a refusal as ``refusal`` pieces, with ``content`` null: they are the
 #   answer's words, and the answer says it refused.
+# - Some servers send ``finish_reason: ""`` on every chunk, the last one too, then
+#   ``data: [DONE]``: an answer is whole once it has a finish reason or its stream said
+#   ``[DONE]`` (the SDK stops at it without saying so: :class:`_Ends` watches for it).
 
 
 @dataclass(frozen=True)
@@ -221,6 +224,38 @@ class _Halted(Exception):
     """Stop was pressed while the engine waited."""
 
 
+_DONE = re.compile(rb"[\r\n]data: ?\[DONE\]")
+
+
+class _Ends:
+    """Whether the answer's stream said ``data: [DONE]``: it watches the response's bytes on
+    their way to the SDK (an httpx response hook puts it round the body)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def watch(self, response: Any) -> None:
+        import httpx
+
+        body = response.stream
+        ends = self
+
+        class Watched(httpx.SyncByteStream):
+            def __iter__(self) -> Any:
+                tail = b"\n"  # the body's start is a line's start
+                for piece in body:
+                    if not ends.done:
+                        seen = tail + piece
+                        ends.done = bool(_DONE.search(seen))
+                        tail = seen[-16:]
+                    yield piece
+
+            def close(self) -> None:
+                body.close()
+
+        response.stream = Watched()
+
+
 class _Watch:
     """Ends a request that makes no progress for ``timeout`` seconds, or whose reply was
     stopped, by shutting its socket: a read blocked on it returns at once.
@@ -304,6 +339,7 @@ def _stream_once(
     stopped = False
     last_push = 0.0
     watch = _Watch(config.timeout, halt)
+    ends = _Ends()
 
     def traced(request: httpx.Request) -> None:
         request.extensions["trace"] = watch.trace
@@ -313,7 +349,9 @@ def _stream_once(
     try:
         with (
             watch,
-            http_client(timeout=timeout, event_hooks={"request": [traced]}) as http,
+            http_client(
+                timeout=timeout, event_hooks={"request": [traced], "response": [ends.watch]}
+            ) as http,
             OpenAI(
                 base_url=config.base_url,
                 api_key=key or NO_KEY,  # explicit, so the SDK never reaches for OPENAI_API_KEY
@@ -390,7 +428,9 @@ def _stream_once(
         )
     answer = reading.answer()
     answer.stopped = stopped
-    if not answer.stopped and answer.finish_reason is None and not answer.cut:
-        # The stream ended with no finish_reason: the connection dropped mid-answer.
-        raise _Retry(ERR_CUT_OFF.format(url=config.base_url, tries="{tries}"))
+    if not answer.stopped and not answer.finish_reason and not answer.cut:
+        if not ends.done:
+            # No finish reason and no [DONE]: the connection dropped mid-answer.
+            raise _Retry(ERR_CUT_OFF.format(url=config.base_url, tries="{tries}"))
+        answer.finish_reason = "stop"  # the stream said [DONE]: the answer is whole
     return answer
