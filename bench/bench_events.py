@@ -179,11 +179,15 @@ def server_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def start_server(home: Path, env: dict[str, str], running: list[subprocess.Popen]) -> Server:
-    """Start a server; it joins ``running`` at once, so an interrupt meanwhile stops it."""
+def start_server(
+    home: Path, env: dict[str, str], running: list[subprocess.Popen], *, script: str = __file__
+) -> Server:
+    """Start a server; it joins ``running`` at once, so an interrupt meanwhile stops it.
+
+    ``script`` is the bench whose ``_serve`` runs it (another bench notes other times)."""
     clock = home / "event-clock.txt"
     process = subprocess.Popen(
-        [sys.executable, __file__, "_serve", str(clock), "--port", "0"],
+        [sys.executable, script, "_serve", str(clock), "--port", "0"],
         cwd=ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
