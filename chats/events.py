@@ -100,7 +100,9 @@ def bind_loop(loop: asyncio.AbstractEventLoop) -> None:
     _server_loop = loop
 
 
-def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
+def _group_send_many(
+    group: str, messages: list[dict[str, Any]], newest_of: str | None = None
+) -> None:
     """Send these to the group in order, in one hop to the event loop (not one each).
 
     From a thread other than the server loop's (a request's, a runner's), the sends are
@@ -108,6 +110,9 @@ def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
     a loop busy with the very requests queued behind that thread. The loop sends what it
     is handed in the order it was handed, one batch after another; only when it is
     :data:`HANDED_MAX` batches behind does a thread wait, as before, for its own.
+
+    ``newest_of``: the last message is the newest of that key's (see :func:`publish`);
+    while it waits to be sent, a newer one of the key takes its place.
     """
     from channels.layers import InMemoryChannelLayer, get_channel_layer
 
@@ -130,6 +135,11 @@ def _group_send_many(group: str, messages: list[dict[str, Any]]) -> None:
             with _handed_lock:
                 behind = _handed_count[0]
                 _handed_count[0] += 1
+                for message in messages:
+                    chat = message.get("conversation_id")
+                    if chat:
+                        key = newest_of if message is messages[-1] else None
+                        _waiting_last[chat] = (key, message, loop)
             sent: concurrent.futures.Future[None] | None = None
             if behind >= HANDED_MAX:
                 sent = concurrent.futures.Future()
@@ -160,6 +170,39 @@ _handed: deque[tuple[Any, str, list[dict[str, Any]], concurrent.futures.Future[N
     deque()
 )
 _sender: asyncio.Task[None] | None = None  # the task sending them, while there are any
+# Each chat's last event handed to the loop, while it waits there to be sent: the key it
+# is the newest of (None for any other event), its message, and the loop. Under
+# _handed_lock: a thread hands and rides, the loop takes.
+_waiting_last: dict[str, tuple[str | None, dict[str, Any], asyncio.AbstractEventLoop]] = {}
+
+
+def _newest_ride(key: str, conversation_id: str, data: dict[str, Any]) -> bool:
+    """Put ``data`` in the place of the chat's last event handed, if it is still waiting
+    to be sent and is the newest of ``key``: it goes out with these, in its place, under
+    its number. Whether it did (else the caller publishes an event of its own)."""
+    with _handed_lock:
+        waiting = _waiting_last.get(conversation_id)
+        if waiting is None or waiting[0] != key:
+            return False
+        _, message, loop = waiting
+        if loop.is_closed() or not loop.is_running():  # never to be sent
+            del _waiting_last[conversation_id]
+            return False
+        message["data"] = data
+        return True
+
+
+def _taken(messages: list[dict[str, Any]]) -> None:
+    """On the loop, as it starts sending these: no newer event rides on them any more."""
+    with _handed_lock:
+        _handed_count[0] -= 1
+        for message in messages:
+            chat = message.get("conversation_id")
+            if not chat:
+                continue
+            waiting = _waiting_last.get(chat)
+            if waiting is not None and waiting[1] is message:
+                del _waiting_last[chat]
 
 
 def _hand(layer, group: str, messages: list[dict[str, Any]], sent) -> None:
@@ -172,20 +215,65 @@ def _hand(layer, group: str, messages: list[dict[str, Any]], sent) -> None:
         _sender = loop.create_task(_send_handed())
 
 
+# The channel-layer message that carries several events of one owner, in their order.
+EVENTS_MESSAGE = "conch.events"
+# The most events one such message carries.
+EVENTS_PER_MESSAGE = 200
+
+
+def _events_only(messages: list[dict[str, Any]]) -> bool:
+    return all(message.get("type") == "conch.event" for message in messages)
+
+
+def _take_for(layer, group: str) -> list[tuple[Any, str, list[dict[str, Any]], Any]]:
+    """Take from the queue the batches of events for this group that may go with the one
+    being sent, in their order, up to EVENTS_PER_MESSAGE events: those before the first
+    batch for the group that isn't events alone (which keeps its place after them)."""
+    taken: list[tuple[Any, str, list[dict[str, Any]], Any]] = []
+    kept: deque = deque()
+    count = 0
+    blocked = False
+    while _handed:
+        item = _handed.popleft()
+        if item[1] != group or item[0] is not layer:
+            kept.append(item)
+        elif blocked or not _events_only(item[2]) or count + len(item[2]) > EVENTS_PER_MESSAGE:
+            blocked = True  # what comes after it for the group waits behind it
+            kept.append(item)
+        else:
+            taken.append(item)
+            count += len(item[2])
+    _handed.extend(kept)
+    return taken
+
+
 async def _send_handed() -> None:
+    """Send what was handed, in order. The events that wait for one group while a send is
+    in flight go in the next send together, as one message (EVENTS_MESSAGE): a listener
+    hears them in one receive, and the channel layer costs a round trip a send, not one an
+    event, however fast a reply's words come."""
     global _sender
     this = asyncio.current_task()
     try:
         while _handed:
-            layer, group, messages, sent = _handed.popleft()
+            first = _handed.popleft()
+            layer, group, messages, _ = first
+            batches = [first]
+            if _events_only(messages) and len(messages) < EVENTS_PER_MESSAGE:
+                batches += _take_for(layer, group)
+            together = [message for batch in batches for message in batch[2]]
+            for batch in batches:
+                _taken(batch[2])
             try:
-                await _send_all(layer, group, messages)
+                if len(batches) == 1:
+                    await _send_all(layer, group, messages)
+                else:
+                    await layer.group_send(group, {"type": EVENTS_MESSAGE, "events": together})
             except Exception:  # at most once: a page that misses it sees the gap and refetches
                 log.warning("could not send %s to the channel layer", group, exc_info=True)
-            with _handed_lock:
-                _handed_count[0] -= 1
-            if sent is not None:
-                sent.set_result(None)
+            for batch in batches:
+                if batch[3] is not None:
+                    batch[3].set_result(None)
     finally:
         if _sender is this:
             _sender = None
@@ -367,17 +455,33 @@ def publish(
     owner_id: int,
     conversation_id: str | None = None,
     data: dict[str, Any] | None = None,
+    newest_of: str | None = None,
 ) -> None:
-    """Send the event once the surrounding transaction commits, numbered then."""
+    """Send the event once the surrounding transaction commits, numbered then.
+
+    ``newest_of``: a key (a running reply's) of events of which only the newest matters
+    (the words so far). Outside a transaction, while the chat's last event handed to the
+    loop is one of the key's and is still waiting to be sent, this event's data goes in
+    its place: no number, no statement and no send of its own, and no subscriber hears
+    it. So words come as fast as the channel layer takes them, and what comes meanwhile
+    is one send, not a queue.
+    """
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}")
-    numbering, position = _numbering(1, owner_id)
     data = dict(data or {})
+    if (
+        newest_of is not None
+        and conversation_id
+        and not transaction.get_connection().in_atomic_block
+        and _newest_ride(newest_of, conversation_id, data)
+    ):
+        return
+    numbering, position = _numbering(1, owner_id)
 
     def deliver() -> None:
         seqs = numbering.numbered()
         seq = seqs[position] if seqs is not None else UNNUMBERED
-        _deliver(Event(event_type, owner_id, seq, conversation_id, data))
+        _deliver(Event(event_type, owner_id, seq, conversation_id, data), newest_of)
 
     transaction.on_commit(deliver)
 
@@ -429,11 +533,11 @@ def publish_many(
     transaction.on_commit(deliver)
 
 
-def _deliver(event: Event) -> None:
-    _deliver_many([event])
+def _deliver(event: Event, newest_of: str | None = None) -> None:
+    _deliver_many([event], newest_of)
 
 
-def _deliver_many(batch: list[Event]) -> None:
+def _deliver_many(batch: list[Event], newest_of: str | None = None) -> None:
     """Deliver events of one owner, in order: to this process's watchers, and (numbered)
     to the owner's pages."""
     with _subscribers_lock:
@@ -448,6 +552,10 @@ def _deliver_many(batch: list[Event]) -> None:
         return
     # Every numbered event goes to the group: a page that missed one would see a gap.
     try:
-        _group_send_many(owner_group(batch[0].owner_id), [event.as_message() for event in batch])
+        _group_send_many(
+            owner_group(batch[0].owner_id),
+            [event.as_message() for event in batch],
+            newest_of,
+        )
     except Exception:  # at most once: a page that misses it sees the gap and refetches
         log.warning("could not send %s to the channel layer", batch[0].type, exc_info=True)

@@ -129,8 +129,12 @@ class OwnerTabs:
                 log.warning("could not hear %s; trying again", self.group, exc_info=True)
                 await asyncio.sleep(RETRY_SECONDS)
                 continue
-            if message.get("type") == "conch.event":
+            kind = message.get("type")
+            if kind == "conch.event":
                 self.heard.append(message)
+                self._more.set()
+            elif kind == events.EVENTS_MESSAGE:  # those that waited for one send, together
+                self.heard.extend(message.get("events") or ())
                 self._more.set()
 
     async def _push_heard(self) -> None:

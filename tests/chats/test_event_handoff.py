@@ -6,8 +6,10 @@ no thread at all (chats/events.py)."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -22,13 +24,18 @@ class SlowLayer:
     """A channel layer whose every send yields to the loop, as Redis's does."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[str, int]] = []
+        self.sent: list[tuple[str, Any]] = []  # each send: its number, or its events' numbers
+        self.messages: list[tuple[str, dict]] = []
         self.all_sent = threading.Event()
         self.expected = 0
 
     async def group_send(self, group: str, message: dict) -> None:
         await asyncio.sleep(0)
-        self.sent.append((group, message["n"]))
+        self.messages.append((group, message))
+        if message.get("type") == events.EVENTS_MESSAGE:  # several, sent together
+            self.sent.append((group, [one.get("n") for one in message["events"]]))
+        else:
+            self.sent.append((group, message.get("n")))
         if len(self.sent) == self.expected:
             self.all_sent.set()
 
@@ -182,3 +189,116 @@ def test_an_event_no_page_of_this_process_listens_for_is_not_handed_to_the_loop(
     assert handed == ["owner.1"]
     events._group_send_many("owner.2", [{"type": "conch.event", "n": 3}])  # not its group
     assert handed == ["owner.1"]
+
+
+def event(n: int, kind: str = "conch.event") -> dict:
+    return {"type": kind, "n": n}
+
+
+def test_events_that_wait_for_one_group_go_in_one_send_in_their_order(layer, server_loop):
+    """What waits for a group while a send is in flight goes in the next send, as one
+    message: the channel layer costs a round trip a send, not one an event. Anything else
+    for the group (not an event) keeps its place, and what came after it waits behind it."""
+    free = busy(server_loop)
+    layer.expected = 4
+    events._group_send_many("owner.1", [event(1)])
+    events._group_send_many("owner.2", [event(2)])
+    events._group_send_many("owner.1", [event(3), event(4)])
+    events._group_send_many("owner.1", [event(5, kind="session.ended")])
+    events._group_send_many("owner.1", [event(6)])
+    free.set()
+    assert layer.all_sent.wait(WAIT)
+    assert layer.sent == [
+        ("owner.1", [1, 3, 4]),
+        ("owner.2", 2),
+        ("owner.1", 5),
+        ("owner.1", 6),
+    ]
+
+
+WORDS = "reply-text:7"  # the key a running reply's words are the newest of
+
+
+def words(owner, chat: str, text: str) -> None:
+    events.publish(
+        events.REPLY_TEXT,
+        owner_id=owner.pk,
+        conversation_id=chat,
+        data={"turn": 1, "text": text},
+        newest_of=WORDS if chat == "c_one" else f"{WORDS}-{chat}",
+    )
+
+
+def sent_events(layer) -> list[dict]:
+    found = []
+    for _, message in layer.messages:
+        found.extend(
+            message["events"] if message.get("type") == events.EVENTS_MESSAGE else [message]
+        )
+    return found
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replys_newer_words_go_in_the_place_of_its_event_still_waiting(
+    layer, server_loop, owner, published
+):
+    """Only a running reply's newest words matter: while its last event waits for the loop,
+    newer words go out in its place, under its number, with no number or send of their own.
+    Another chat's events between don't stop them; one of its own chat's does, so nothing
+    overtakes an event published after it."""
+    free = busy(server_loop)
+    layer.expected = 1
+    words(owner, "c_one", "Hel")
+    words(owner, "c_one", "Hello")  # in the place of "Hel"
+    words(owner, "c_two", "Hi")
+    words(owner, "c_one", "Hello, w")  # still in the place of "Hel"
+    events.publish(events.STATUS, owner_id=owner.pk, conversation_id="c_one")
+    words(owner, "c_one", "Hello, world")  # after the status: an event of its own
+    free.set()
+    assert layer.all_sent.wait(WAIT)
+
+    sent = sent_events(layer)
+    first = sent[0]["seq"]
+    assert [(m["seq"], m["event"], m["conversation_id"], m["data"].get("text")) for m in sent] == [
+        (first, events.REPLY_TEXT, "c_one", "Hello, w"),
+        (first + 1, events.REPLY_TEXT, "c_two", "Hi"),
+        (first + 2, events.STATUS, "c_one", None),
+        (first + 3, events.REPLY_TEXT, "c_one", "Hello, world"),
+    ]
+    # Only the numbered events reached this process's subscribers.
+    assert [e.seq for e in published] == [first, first + 1, first + 2, first + 3]
+    # Once sent, nothing rides on it: the next words are an event of their own.
+    layer.all_sent.clear()
+    layer.expected += 1
+    words(owner, "c_one", "Hello, world!")
+    assert layer.all_sent.wait(WAIT)
+    assert [(e.seq, e.data["text"]) for e in published[4:]] == [(first + 4, "Hello, world!")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_newer_words_never_ride_on_an_event_a_stopped_loop_will_not_send(layer, owner, monkeypatch):
+    """The server's loop stopped with a reply's words still waiting in it: newer words are
+    an event of their own, which still reaches the channel layer, not lost with that one."""
+    # What this loop is handed stays here, never sent: the next tests start afresh.
+    monkeypatch.setattr(events, "_handed", collections.deque())
+    monkeypatch.setattr(events, "_handed_count", [0])
+    monkeypatch.setattr(events, "_waiting_last", {})
+    monkeypatch.setattr(events, "_sender", None)
+    loop = asyncio.new_event_loop()
+    monkeypatch.setattr(events, "_server_loop", loop)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    free = busy(loop)
+    words(owner, "c_one", "Hel")  # handed to the loop, which is held
+    loop.call_soon_threadsafe(loop.stop)  # it stops before its sender ever runs
+    free.set()
+    thread.join(WAIT)
+    try:
+        words(owner, "c_one", "Hello")
+        assert [m["data"]["text"] for m in sent_events(layer)] == ["Hello"]
+    finally:
+        never_ran = asyncio.all_tasks(loop)
+        for task in never_ran:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*never_ran, return_exceptions=True))
+        loop.close()

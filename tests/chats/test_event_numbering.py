@@ -122,7 +122,9 @@ def test_a_numbering_that_fails_after_commit_fails_no_writer_and_leaves_a_gap_th
 
     monkeypatch.setattr(events, "_next_seq", once_locked)
     sent = []
-    monkeypatch.setattr(events, "_group_send_many", lambda group, messages: sent.extend(messages))
+    monkeypatch.setattr(
+        events, "_group_send_many", lambda group, messages, newest_of=None: sent.extend(messages)
+    )
     published.clear()
 
     with transaction.atomic():  # returns: the writer's change is in

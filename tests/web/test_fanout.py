@@ -346,6 +346,33 @@ async def test_events_heard_while_a_push_renders_go_out_as_one_push_a_render_a_c
     assert sorted(cost.renders) == sorted(["render_run", "render_run_for_chat"] * 2)
 
 
+async def test_events_sent_together_reach_the_tabs_as_one_push(owner, cookie, chat):
+    """Events that waited for one send go in one channel-layer message (chats/events.py):
+    the listener hears each of them, and the tabs get them as one run."""
+    from channels.layers import get_channel_layer
+
+    tab = socket(cookie=cookie, path=f"/ws/?chat={chat.public_id}")
+    connected, _ = await tab.connect(timeout=TIMEOUT)
+    try:
+        assert connected
+        hello = seq_of(await tab.receive_from(timeout=TIMEOUT))[0]
+        together = [
+            events.Event(events.STATUS, owner.pk, hello + 1, chat.public_id).as_message(),
+            events.Event(
+                events.REPLY_TEXT, owner.pk, hello + 2, chat.public_id, {"turn": 1, "text": "Hi"}
+            ).as_message(),
+        ]
+        await get_channel_layer().group_send(
+            events.owner_group(owner.pk), {"type": events.EVENTS_MESSAGE, "events": together}
+        )
+        push = await tab.receive_from(timeout=TIMEOUT)
+    finally:
+        await close_tabs([tab])
+    marker = f'data-seq="{hello + 2}" data-kind="event" data-first="{hello + 1}"'
+    assert push.startswith(f'<span id="conch-seq" {marker}')
+    assert 'id="chat-controls"' in push and "<p>Hi</p>" in push
+
+
 async def test_a_push_heard_while_a_tab_connects_waits_for_its_hello(cookie, chat, monkeypatch):
     """A tab hears its owner's events from before it asks its hello's number; one that
     comes meanwhile is sent after the hello, never before it (or before the handshake)."""
