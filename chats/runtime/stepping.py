@@ -151,41 +151,44 @@ class _TextStreamer:
     Nothing is stored while the words come: they are an entry once the engine has
     chosen its action. If the reply is stopped first, the words so far are kept
     (:func:`_stopped_words_keep`). Returns False once the reply is no longer this
-    worker's to run.
+    worker's to run, as ``halt`` says: set at once by a Stop in this process, and by
+    :func:`_halt_for`'s look at the database within HALT_POLL seconds otherwise, so a
+    chunk costs no query of its own. Each chunk's words are published as the newest
+    of the reply's (``newest_of``): while an earlier event of the reply still waits
+    for the channel layer, these words go in its place, and take no number of their own.
     """
 
-    def __init__(self, turn: Turn, worker: str) -> None:
+    def __init__(self, turn: Turn, halt: threading.Event) -> None:
         self.turn = turn
-        self.worker = worker
+        self.halt = halt
         self.latest = ""  # the words so far, whole
+        self.key = f"reply-text:{turn.pk}"
 
     def __call__(self, text: str) -> bool:
-        turn = self.turn
-        if not _still_mine(turn.pk, self.worker):
+        if self.halt.is_set():
             return False
         self.latest = text
+        self._publish({"text": self._shown(text)})
+        return True
+
+    def _shown(self, text: str) -> str:
         if len(text) > LIMITS.stream_chars:
-            text = "…" + text[-LIMITS.stream_chars :]
+            return "…" + text[-LIMITS.stream_chars :]
+        return text
+
+    def _publish(self, data: dict[str, Any]) -> None:
+        turn = self.turn
         events.publish(
             events.REPLY_TEXT,
             owner_id=turn.conversation.owner_id,
             conversation_id=turn.conversation.public_id,
-            data={"turn": turn.number, "text": text},
+            data={"turn": turn.number, **data},
+            newest_of=self.key,
         )
-        return True
 
     def waiting(self, seconds: float, asked: bool) -> None:
         """The engine waits to try the model again: the page says so, and for how long."""
-        turn = self.turn
-        text = self.latest
-        if len(text) > LIMITS.stream_chars:
-            text = "…" + text[-LIMITS.stream_chars :]
-        events.publish(
-            events.REPLY_TEXT,
-            owner_id=turn.conversation.owner_id,
-            conversation_id=turn.conversation.public_id,
-            data={"turn": turn.number, "text": text, "wait": wait_words(seconds, asked=asked)},
-        )
+        self._publish({"text": self._shown(self.latest), "wait": wait_words(seconds, asked=asked)})
 
 
 def wait_words(seconds: float, *, asked: bool) -> str:
@@ -327,8 +330,8 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
     if refused:
         turn_end(turn=turn, state=TurnState.FAILED, reason=refused)
         return Advance(False, "fail")
-    streamer = _TextStreamer(turn, worker)
     with _halt_for(turn.pk, worker) as halt:
+        streamer = _TextStreamer(turn, halt)
         try:
             engine = engine_for(conversation.agent)
             decision = engine.next_action(

@@ -47,7 +47,6 @@ def use_model(agent, base_url: str, *, profile: str = "main-key", secret: str = 
         "base_url": base_url,
         "model": "fake-model",
         "auth_profile": profile,
-        "stream_every": 0,
         "retries": 2,
         **config,
     }

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
+import threading
 
-from chats import events, regions
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from chats import events, processes, regions
+from chats.models import EntryRole, EventStream, Turn
+from chats.runtime import stepping
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
+from tests.engines.conftest import use_model
 from tests.engines.fake_openai import Text
 from tests.factories import ChatFactory
 
@@ -53,3 +60,66 @@ def test_a_running_reply_has_an_empty_slot_its_live_words_go_into(model_agent):
     chat.refresh_from_db()
     page = regions.render_region("transcript", regions.chat_context(conversation=chat))
     assert "reply-1-text" not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_chunk_reaches_the_page_even_with_a_stream_every_saved_by_an_earlier_conch(
+    model_agent, fake, published
+):
+    """No throttle where the words come in: each chunk's words are published as it is read.
+    A persona saved with ``stream_every`` still loads, and the setting changes nothing."""
+    use_model(model_agent, fake.base_url, stream_every=0.25)
+    fake.play(Text("one two three four", pieces=4))  # read in well under 0.25 s
+    chat = ChatFactory(agent=model_agent, title="Count")
+    message_send(conversation=chat, text="count")
+    drain()
+
+    texts = [e.data["text"] for e in published if e.type == events.REPLY_TEXT]
+    assert texts == ["one t", "one two th", "one two three f", "one two three four"]
+    assert chat.entries.filter(role=EntryRole.ASSISTANT).get().text == "one two three four"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_streamed_chunk_reads_nothing_and_writes_only_its_events_number(model_agent):
+    """The runtime asks the database nothing per chunk (whether the reply is still this
+    runner's is the halt's to say): each chunk's event costs the one statement that numbers
+    it, and the words are never stored while they come."""
+    chat = ChatFactory(agent=model_agent, title="Count")
+    turn = message_send(conversation=chat, text="count")
+    streamer = stepping._TextStreamer(
+        Turn.objects.select_related("conversation").get(pk=turn.pk), threading.Event()
+    )
+    with CaptureQueriesContext(connection) as queries:
+        for text in ("one", "one two", "one two three"):
+            assert streamer(text)
+    statements = [query["sql"] for query in queries.captured_queries]
+    assert len(statements) == 3, statements
+    assert all(sql.startswith("UPDATE") and EventStream._meta.db_table in sql for sql in statements)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_another_runner_took_shows_no_more_words(model_agent, fake, monkeypatch):
+    """A reply no longer this runner's (its claim taken, in another process) stops showing
+    words as soon as the look at the database sets its halt, not a chunk later."""
+    monkeypatch.setattr(stepping, "HALT_POLL", 0.02)
+    fake.play(Text("one two three four five six", pieces=6))
+    chat = ChatFactory(agent=model_agent, title="Count")
+    turn = message_send(conversation=chat, text="count")
+    seen: list[str] = []
+
+    def taken_on_first_words(event):
+        if event.type != events.REPLY_TEXT:
+            return
+        seen.append(event.data["text"])
+        if len(seen) == 1:
+            Turn.objects.filter(pk=turn.pk).update(claimed_by="another-runner")
+            halts = [halt for (turn_id, _), halt in processes._waits if turn_id == turn.pk]
+            assert halts and halts[0].wait(5), "the look at the database never set the halt"
+
+    unsubscribe = events.subscribe(taken_on_first_words)
+    try:
+        drain()
+    finally:
+        unsubscribe()
+    assert seen == ["one t"]
+    assert not chat.entries.filter(role=EntryRole.ASSISTANT).exists()  # not its to write

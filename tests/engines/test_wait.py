@@ -17,7 +17,7 @@ STREAM = (RECORDINGS / "llamacpp-inline-think.sse").read_bytes()  # 8 events, th
 
 
 def ask(replay, halt=None, **config):
-    settings = {"base_url": replay.base_url, "model": "m", "stream_every": 0, **config}
+    settings = {"base_url": replay.base_url, "model": "m", **config}
     return oc.complete(
         oc.ModelConfig(**settings), "", [{"role": "user", "content": "hi"}], agent="a", halt=halt
     )

@@ -31,7 +31,7 @@ def steps(turn):
 
 def answer_of(replay, **config):
     """What the wire reading makes of the next recorded answer."""
-    settings = {"base_url": replay.base_url, "model": "m", "stream_every": 0, **config}
+    settings = {"base_url": replay.base_url, "model": "m", **config}
     config_ = oc.ModelConfig(**settings)
     return oc.complete(config_, "", [{"role": "user", "content": "hi"}], agent="coder")
 

@@ -10,7 +10,10 @@ persona uses it with ``Agent.engine = "openai"`` and ``Agent.engine_config``::
      "context_tokens": 8192,       # the model's context size (default: what its server says,
                                    # else 8192; never more than the server says)
      "reserve_tokens": 1024,       # kept free for the answer (default: an eighth of the context)
-     "timeout": 120, "retries": 3, "temperature": 0.2, "stream_every": 0.25}
+     "timeout": 120, "retries": 3, "temperature": 0.2}
+
+A stored ``stream_every`` (the seconds once left between the page's live updates) is
+still accepted, and does nothing: each chunk's words go to the page as they come.
 
 The key is read from the persona's own auth profile and nowhere else: never
 another persona's, never the process environment (``OPENAI_API_KEY``). A

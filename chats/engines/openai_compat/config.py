@@ -64,7 +64,6 @@ class ModelConfig:
     timeout: float = 120.0
     retries: int = 3
     temperature: float | None = None
-    stream_every: float = 0.25
     context_set: bool = False  # context_tokens was set by hand (else the server's is used)
     reserve_set: bool = False
     server: ServerContext | None = None  # what the server said, once fitted to it
@@ -133,7 +132,6 @@ class ModelConfig:
                 MAX_RETRIES, number("retries", settings.CONCH_MODEL_RETRIES, 0, MAX_RETRIES)
             ),
             temperature=number("temperature", None, 0, 2, float),
-            stream_every=number("stream_every", 0.25, 0, 10, float),
             context_set=config.get("context_tokens") not in (None, ""),
             reserve_set=config.get("reserve_tokens") not in (None, ""),
         )

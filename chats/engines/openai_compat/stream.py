@@ -181,6 +181,13 @@ class _Reading:
                 self.at[index] = slot
         return slot
 
+    def words(self) -> str:
+        """The words so far, whole. Kept joined, so asking after each chunk costs a copy
+        of them, not a join of every piece again."""
+        words = "".join(self.text)
+        self.text[:] = [words] if words else []
+        return words
+
     def answer(self) -> Answer:
         return Answer(
             text=visible("".join(self.text)).strip(),
@@ -337,7 +344,6 @@ def _stream_once(
         params[limit_field] = max_tokens
     reading = _Reading()
     stopped = False
-    last_push = 0.0
     watch = _Watch(config.timeout, halt)
     ends = _Ends()
 
@@ -407,14 +413,10 @@ def _stream_once(
                     reading.take(chunk)
                     if reading.cut:  # LIMITS.answer_chars: the rest is never read
                         break
-                    now = time.monotonic()
-                    if (
-                        on_text is not None
-                        and len(reading.text) > before
-                        and now - last_push >= config.stream_every
-                    ):
-                        last_push = now
-                        if not on_text(visible("".join(reading.text)).strip()):
+                    # Every chunk's words go to the page as they come: the sends that
+                    # follow take only the newest of what waits (chats/events.py).
+                    if on_text is not None and len(reading.text) > before:
+                        if not on_text(visible(reading.words()).strip()):
                             stopped = True
                             break
     except Exception:
