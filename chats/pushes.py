@@ -91,6 +91,12 @@ class OwnerTabs:
     :meth:`chats.consumers.WorkspaceConsumer.connect`) and is sent nothing until it
     is :meth:`ready`: pushes meanwhile wait for it in order, so no event falls
     between its hello and its first push.
+
+    A run that shows a tab nothing (another chat's running words: no row, no part of
+    the chat it shows) is not sent to it: its numbers go with the next push the tab is
+    sent, whose marker then starts at the first of them (``data-first``), so the page
+    sees no gap. Ten replies writing at once cost each tab the words of the chat it
+    shows, not a push for every word of the ten.
     """
 
     def __init__(self, owner_id: int, layer: BaseChannelLayer) -> None:
@@ -98,6 +104,7 @@ class OwnerTabs:
         self.layer = layer
         self.group = events.owner_group(owner_id)
         self.tabs: dict[Tab, list[str] | None] = {}  # each tab, and what waits for it
+        self.owed: dict[Tab, int] = {}  # each tab's first number not sent it since its last push
         self.channel = ""
         self.heard: list[dict[str, Any]] = []
         self._more = asyncio.Event()
@@ -175,28 +182,39 @@ class OwnerTabs:
             for chat in run.parts
             if chat in shown
         }
+        numbers_only = not run.rows  # the part every tab gets is only the run's marker
         try:
             every = await every_render
             # The tabs elsewhere need nothing more: sent now, while the chats' parts render.
-            await self._send(every, [tab for tab in self.tabs if tab.showing not in chat_renders])
+            elsewhere = [tab for tab in self.tabs if tab.showing not in chat_renders]
+            await self._send(every, elsewhere, run, numbers_only)
             for chat, chat_render in chat_renders.items():
                 page = await chat_render
                 text = f"{every}\n{page}" if page else every
-                await self._send(text, [tab for tab in self.tabs if tab.showing == chat])
+                showing = [tab for tab in self.tabs if tab.showing == chat]
+                await self._send(text, showing, run, numbers_only and not page)
         finally:
             for pending in (every_render, *chat_renders.values()):
                 pending.cancel()
 
-    async def _send(self, text: str, tabs: list[Tab]) -> None:
+    async def _send(
+        self, text: str, tabs: list[Tab], run: regions.PushRun, numbers_only: bool
+    ) -> None:
+        """``text`` to these tabs; if it is only the run's numbers, they are owed instead."""
         for tab in tabs:
             if tab not in self.tabs:  # it left meanwhile
                 continue
+            if numbers_only:
+                self.owed.setdefault(tab, run.first)
+                continue
+            owed = self.owed.pop(tab, None)
+            sent = text if owed is None else regions.run_marked_from(text, owed)
             waiting = self.tabs[tab]
             if waiting is not None:
-                waiting.append(text)
+                waiting.append(sent)
                 continue
             try:
-                await tab.push(text)
+                await tab.push(sent)
             except Exception:
                 log.warning("could not send a push to a tab", exc_info=True)
 
@@ -279,6 +297,7 @@ def tab_remove(tab: Tab, *, owner_id: int) -> None:
     if owner_tabs is None or tab not in owner_tabs.tabs:
         return
     del owner_tabs.tabs[tab]
+    owner_tabs.owed.pop(tab, None)
     if not owner_tabs.tabs:
         del here[owner_id]
         owner_tabs.close()

@@ -12,6 +12,7 @@ assistant's words, which the ``markdown`` filter renders and nh3 cleans
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 from typing import Any
@@ -344,6 +345,19 @@ def render_run(*, owner_id: int, run: PushRun) -> str:
     if not run.rows:
         return marker
     return f"{marker}\n{render_rows_push(owner_id=owner_id, conversation_ids=run.rows)}"
+
+
+# A run's marker: the number of its last event, and of its first if it carries several.
+RUN_MARKER = re.compile(
+    r'^(<span id="conch-seq" data-seq="\d+" data-kind="event")(?: data-first="\d+")?'
+)
+
+
+def run_marked_from(push: str, first: int) -> str:
+    """A run's push (:func:`render_run`, and what follows it), marked as carrying every
+    number from ``first``: those of runs before it that the tab was not sent, as they
+    showed it nothing (chats/pushes.py)."""
+    return RUN_MARKER.sub(lambda found: f'{found.group(1)} data-first="{first}"', push, count=1)
 
 
 def render_run_for_chat(*, owner_id: int, conversation_id: str, parts: list[ChatPart]) -> str:

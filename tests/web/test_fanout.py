@@ -346,6 +346,62 @@ async def test_events_heard_while_a_push_renders_go_out_as_one_push_a_render_a_c
     assert sorted(cost.renders) == sorted(["render_run", "render_run_for_chat"] * 2)
 
 
+def words_written(conversation: Conversation, text: str) -> None:
+    """A running reply's words so far, each an event of its own (none rides on another)."""
+    events.publish(
+        events.REPLY_TEXT,
+        owner_id=conversation.owner_id,
+        conversation_id=conversation.public_id,
+        data={"turn": 1, "text": text},
+    )
+
+
+async def test_words_heard_while_a_push_renders_go_out_newest_only_and_in_order(
+    owner, agent, cookie, chat, monkeypatch
+):
+    """While a push is in flight, a reply's words heard meanwhile wait for the next one,
+    and only the newest are in it; the chat's other events are in it too, in their order.
+    A tab that doesn't show the chat is sent nothing for its words alone: their numbers go
+    with its next push, so its page sees no gap."""
+    other = await database_sync_to_async(ChatFactory)(owner=owner, agent=agent, title="Other")
+    rendering = asyncio.Event()
+    real_render = pushes.render
+
+    def render(*args, **kwargs):
+        rendering.set()
+        return real_render(*args, **kwargs)
+
+    monkeypatch.setattr(pushes, "render", render)
+    showing = await open_tabs(cookie, 1, chat=chat)
+    tabs = showing + await open_tabs(cookie, 1)
+    try:
+        with render_thread_held():
+            await database_sync_to_async(words_written)(chat, "Hel")
+            await asyncio.wait_for(rendering.wait(), TIMEOUT)  # its push waits to render
+            await database_sync_to_async(words_written)(chat, "Hello")
+            await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
+            await database_sync_to_async(words_written)(chat, "Hello, world")
+            await database_sync_to_async(words_written)(other, "Elsewhere")
+        first = await receive_all(showing)
+        shown, elsewhere = await receive_all(tabs)
+    finally:
+        await close_tabs(tabs)
+
+    assert "<p>Hel</p>" in first[0]
+    start = seq_of(first[0])[0]
+    marker = f'data-seq="{start + 4}" data-kind="event" data-first="{start + 1}"'
+    assert shown.startswith(f'<span id="conch-seq" {marker}')
+    assert shown.count('id="reply-1-text"') == 1 and "<p>Hello, world</p>" in shown
+    assert "<p>Hello</p>" not in shown and "Elsewhere" not in shown
+    # The status's regions first, then the words that came after it.
+    assert shown.index('id="chat-controls"') < shown.index('id="reply-1-text"')
+    # The tab elsewhere: one push, the status's row, with every number since its hello.
+    from_start = f'data-seq="{start + 4}" data-kind="event" data-first="{start}"'
+    assert elsewhere.startswith(f'<span id="conch-seq" {from_start}')
+    assert f'<li id="row-{chat.public_id}"' in elsewhere
+    assert "reply-1-text" not in elsewhere and 'id="chat-controls"' not in elsewhere
+
+
 async def test_events_sent_together_reach_the_tabs_as_one_push(owner, cookie, chat):
     """Events that waited for one send go in one channel-layer message (chats/events.py):
     the listener hears each of them, and the tabs get them as one run."""
