@@ -26,7 +26,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 from xml.etree.ElementTree import tostring
 
@@ -42,7 +42,14 @@ from pygments.lexers import get_lexer_by_name
 from pygments.token import STANDARD_TYPES
 from pygments.util import ClassNotFound
 
-__all__ = ["CODE_CSS_SCOPE", "clean", "code_css", "plain_text", "render_markdown"]
+__all__ = [
+    "CODE_CSS_SCOPE",
+    "clean",
+    "code_css",
+    "plain_text",
+    "render_markdown",
+    "render_markdown_live",
+]
 
 # A reply's headings sit under the chat's h1 and the transcript's h2: its top level is h3.
 TOP_HEADING = 3
@@ -262,11 +269,14 @@ def _html(markup: str) -> Token:
     return token
 
 
-def _heading_levels(tokens: list[Token]) -> None:
+def _heading_levels(tokens: list[Token], open_levels: list[int] | None = None) -> list[int]:
     """Each heading at its depth in the reply's own outline, from h3 down, never skipping
     a level: a reply that starts at ``##`` or jumps from ``#`` to ``###`` still reads
-    h3, h4, … in order under the page's h2, as screen readers list them."""
-    open_levels: list[int] = []  # the written levels of the headings this one sits under
+    h3, h4, … in order under the page's h2, as screen readers list them.
+
+    ``open_levels``: the written levels of the headings the first one sits under (the
+    outline of the words before these); returns the outline after them."""
+    open_levels = list(open_levels or [])  # the written levels of the headings this one sits under
     for index, token in enumerate(tokens):
         if token.type != "heading_open":
             continue
@@ -276,17 +286,20 @@ def _heading_levels(tokens: list[Token]) -> None:
         open_levels.append(written)
         token.tag = f"h{min(6, TOP_HEADING - 1 + len(open_levels))}"
         tokens[index + 2].tag = token.tag  # heading_open, its inline words, heading_close
+    return open_levels
 
 
-def _rework(tokens: list[Token]) -> None:
-    """Headings in the page's outline; a table column's alignment as a class, not a style."""
-    _heading_levels(tokens)
+def _rework(tokens: list[Token], outline: list[int] | None = None) -> list[int]:
+    """Headings in the page's outline; a table column's alignment as a class, not a style.
+    Returns the outline after them (see :func:`_heading_levels`)."""
+    outline = _heading_levels(tokens, outline)
     for token in tokens:
         if token.type in ("th_open", "td_open"):
             style = str(token.attrGet("style") or "")
             if style.startswith("text-align:"):
                 token.attrs.pop("style", None)
                 token.attrSet("class", "align-" + style.split(":", 1)[1])
+    return outline
 
 
 def render_markdown(text: str) -> str:
@@ -295,6 +308,89 @@ def render_markdown(text: str) -> str:
     tokens = md.parse(str(text or ""))
     _rework(tokens)
     return clean(md.renderer.render(tokens, md.options, {}))
+
+
+# A running reply's words are rendered again each time more of them come, and parsing is
+# most of a render (some 20 ms for 6,000 characters of prose): each finished part is
+# rendered once and kept here, by its words and what comes into it from before.
+LIVE_PARTS_KEPT = 512
+# A fence opens or closes a code block: ``` or ~~~, after at most three spaces.
+FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+# A line that may go on what came before it, across a blank line: indented (a list item's
+# words, indented code), a list item, a quote, maths.
+GOES_ON = re.compile(r"[ \t>$]|([-*+]|\d{1,9}[.)])([ \t]|$)")
+# A link's definition is read wherever it stands: words that have one render whole.
+LINK_DEFINITION = re.compile(r"^ {0,3}\[[^\]]+\]:", re.M)
+
+
+def live_parts(text: str) -> list[str]:
+    """The words cut where nothing after can change what is before: at a blank line
+    outside a fence and outside maths, before a line that can't go on a list, a quote or
+    indented code. Every part but the last is finished; joined, they are the words."""
+    if LINK_DEFINITION.search(text):
+        return [text]
+    parts: list[str] = []
+    start = 0
+    position = 0
+    fence = ""  # the open fence's marks
+    dollars = 0  # "$$" seen outside fences: odd inside a maths block
+    blank = False
+    for line in text.split("\n"):
+        if (
+            blank
+            and not fence
+            and dollars % 2 == 0
+            and line.strip()
+            and not GOES_ON.match(line)
+            and position > start
+        ):
+            parts.append(text[start:position])
+            start = position
+        found = FENCE.match(line)
+        if fence:
+            if found and found.group(1)[0] == fence[0] and len(found.group(1)) >= len(fence):
+                if not line[found.end() :].strip():
+                    fence = ""
+        elif found:
+            fence = found.group(1)
+        elif "$$" in line:
+            if "`" in line or "\\" in line or line.startswith(("    ", "\t")):
+                break  # code or an escape: whether it opens maths isn't known here
+            dollars += line.count("$$")
+        blank = not line.strip()
+        position += len(line) + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _part_rendered(
+    text: str, outline: tuple[int, ...], maths_left: int
+) -> tuple[str, tuple[int, ...], int]:
+    """One part of the words, rendered with the outline and the maths budget the words
+    before it left; returns them as they are after it too."""
+    md = _parser()
+    tokens = md.parse(text)
+    after = _rework(tokens, list(outline))
+    env = {"maths_chars_left": maths_left}
+    rendered = clean(md.renderer.render(tokens, md.options, env))
+    return rendered, tuple(after), env["maths_chars_left"]
+
+
+_part_kept = lru_cache(maxsize=LIVE_PARTS_KEPT)(_part_rendered)
+
+
+def render_markdown_live(text: str) -> str:
+    """:func:`render_markdown` for a reply whose words are still coming: the same HTML,
+    but each finished part of them (:func:`live_parts`) is parsed once, not on each push."""
+    parts = live_parts(str(text or ""))
+    outline: tuple[int, ...] = ()
+    maths_left = MATHS_BUDGET_CHARS
+    rendered = []
+    for n, part in enumerate(parts):
+        render = _part_kept if n < len(parts) - 1 else _part_rendered
+        html_part, outline, maths_left = render(part, outline, maths_left)
+        rendered.append(html_part)
+    return "".join(rendered)
 
 
 def clean(html: str) -> str:

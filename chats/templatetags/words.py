@@ -17,7 +17,7 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from chats import refusals
-from chats.markdown import render_markdown
+from chats.markdown import render_markdown, render_markdown_live
 from chats.models import EntryKind, EntryRole
 from chats.quoting import is_conch_note
 
@@ -30,6 +30,13 @@ YOU = "You"
 def markdown(text: str) -> SafeString:
     """The assistant's words as safe HTML. Only for the assistant's words."""
     return mark_safe(render_markdown(text))  # noqa: S308 - nh3 has cleaned it (chats/markdown.py)
+
+
+@register.filter
+def live_markdown(text: str) -> SafeString:
+    """:func:`markdown` for a running reply's words so far, pushed again as each chunk
+    comes: the same HTML, its finished parts rendered once (render_markdown_live)."""
+    return mark_safe(render_markdown_live(text))  # noqa: S308 - nh3 has cleaned each part
 
 
 def said_by_label(data: Any) -> str:

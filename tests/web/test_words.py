@@ -309,6 +309,116 @@ def test_live_words_render_as_markdown_in_the_same_slot(owner, agent):
     assert "<h3>Half</h3>" in shown and '<pre class="code"><code data-lang="py">' in shown
 
 
+# A reply as a model writes one, with every kind of block whose end a cut could move.
+LIVE_REPLY = """## Plan
+
+Read **the test** first, then `login()`; see https://example.com/docs and $x^2$.
+It *only* fails when the cookie expired.
+
+- check the expiry
+- renew it
+
+- write the test
+  with a second line
+
+  and a second paragraph
+
+1. one
+2. two
+
+> quoted
+> on
+
+    indented code
+
+    more of it
+
+```python
+def login():
+
+    return True
+```
+
+$$
+a + b
+
+= c
+$$
+
+# Top again
+
+### Deep
+
+| file | lines |
+|:--|--:|
+| views.py | 12 |
+
+~~~
+fenced
+
+~~~
+
+- [ ] a task
+- [x] done
+
+Last words.
+"""
+
+LIVE_PIECES = st.sampled_from(
+    [
+        "words ", "more words", "\n", "\n\n", "- item", "* item", "+ item", "1. one",
+        "2) two", "  ", "    code", "\t", "```py", "```", "~~~", "$$", "$x$", "`$$`", "> ",
+        "## Head", "# Top", "### Deep", "---", "===", "| a | b |\n|--|--|\n| 1 | 2 |",
+        "**bold**", "_it_", "www.example.com", "https://e.com/x", "[x]: https://e.com",
+        "[x]", "<b>", "&amp;",
+    ]
+)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "sample",
+    [
+        LIVE_REPLY,
+        LIVE_REPLY + "\n[docs]: https://e.com\n[docs]",  # a definition: read wherever it is
+        "`$$` is code\n\n$$\na\n\nb\n$$\n\nafter",  # not the maths it looks like
+    ],
+)
+def test_a_running_replys_words_render_as_the_whole_reply_at_every_length(sample):
+    """The live words are rendered a part at a time, each finished part once: what the
+    page shows is the same HTML as the whole words rendered at once, however far they got
+    (a cut inside a fence, a list, maths or a quote included)."""
+    for length in range(len(sample) + 1):
+        words = sample[:length]
+        assert md.render_markdown_live(words) == md.render_markdown(words), repr(words[-40:])
+
+
+@given(st.lists(LIVE_PIECES, max_size=40).map("".join))
+@settings(max_examples=300, deadline=None)
+def test_any_words_render_live_as_they_do_whole(text):
+    assert md.render_markdown_live(text) == md.render_markdown(text)
+
+
+def test_live_words_share_one_maths_budget_across_their_parts():
+    formula = "$" + "x+" * 900 + "x$"  # 1,801 characters: twelve are past the budget
+    words = "\n\n".join(f"Sum {n}: {formula}" for n in range(12))
+    assert len(md.live_parts(words)) == 12
+    whole = md.render_markdown(words)
+    assert whole.count("<math") == 11  # the twelfth shows as its source
+    assert md.render_markdown_live(words) == whole
+
+
+def test_a_finished_part_of_the_live_words_is_rendered_once():
+    md._part_kept.cache_clear()
+    words = "## Plan\n\nFirst **this**.\n\nThen that"
+    md.render_markdown_live(words)
+    md.render_markdown_live(words + ", and")
+    md.render_markdown_live(words + ", and the rest.")
+    # Two finished parts, rendered on the first push and kept; the third is still coming.
+    assert md.live_parts(words) == ["## Plan\n\n", "First **this**.\n\n", "Then that"]
+    assert md._part_kept.cache_info().misses == 2
+    assert md._part_kept.cache_info().hits == 4
+
+
 # ---------------------------------------------------------------------------
 # Who spoke
 
