@@ -65,6 +65,8 @@ from typing import Any
 import bench_events as shared
 
 ROOT = Path(__file__).resolve().parent.parent
+# The Conch beside this bench, not one the virtualenv was installed from (another checkout).
+sys.path.insert(0, str(ROOT))
 GOAL_P50_MS = 20.0
 GOAL_P99_MS = 50.0
 MODEL = "bench-model"
@@ -78,9 +80,10 @@ CHAT_TAG = re.compile(r"bench-chat (\S+)")
 # The model server's process (``bench_streaming.py _model``)
 
 
-def serve_model(clock: str, interval: float, tokens: int) -> None:
+def serve_model(clock: str, interval: float, tokens: int, prose: int) -> None:
     """An OpenAI-compatible server whose every streamed answer is ``tokens`` unique words,
-    one every ``interval`` seconds; each word's write is noted in ``clock``:
+    one every ``interval`` seconds, after ``prose`` characters of Markdown written at once
+    (a reply already long, as every push renders it); each word's write is noted in ``clock``:
     ``word <number> <chat> <answer> <time>``, and each answer's end
     ``done <answer> <chat> <time>`` (answers are numbered too)."""
     out = open(clock, "a", buffering=1)  # noqa: SIM115 (open for the server's life)
@@ -137,6 +140,9 @@ def serve_model(clock: str, interval: float, tokens: int) -> None:
                 answer = next(answers)
             self.wfile.write(chunk({"role": "assistant", "content": ""}))
             self.wfile.flush()
+            if prose:
+                self.wfile.write(chunk({"content": long_reply(prose)}))
+                self.wfile.flush()
             start = time.monotonic()
             for n in range(tokens):
                 time.sleep(max(0.0, start + (n + 1) * interval - time.monotonic()))
@@ -251,9 +257,35 @@ class Backing(shared.Backing):
         return done.stdout.split()
 
 
-def start_model(clock: Path, interval: float, tokens: int) -> tuple[subprocess.Popen, str]:
+def long_reply(chars: int) -> str:
+    """About ``chars`` characters of what a model writes: paragraphs with bold, code and
+    links, a list, a table, a fenced block; then a blank line, so the words start anew."""
+    parts = [PROSE[n % len(PROSE)] for n in range(chars // 60 + 1)]
+    text = ""
+    for part in parts:
+        if len(text) >= chars:
+            break
+        text += part
+    return text + "\n\n"
+
+
+PROSE = [
+    "## The plan\n\n",
+    "First read **the failing test**, then `login()` in `auth/views.py`. ",
+    "The docs at https://docs.djangoproject.com/en/5.2/ say the session is saved after. ",
+    "It *only* fails when the cookie has expired.\n\n",
+    "- check the expiry\n- renew the session\n- write the test first\n\n",
+    "| file | lines |\n|:--|--:|\n| views.py | 12 |\n| tests.py | 40 |\n\n",
+    "```python\ndef login(request):\n    session = request.session\n    return session\n```\n\n",
+    "Then run `pytest -q tests/test_login.py` and read what it says.\n\n",
+]
+
+
+def start_model(
+    clock: Path, interval: float, tokens: int, prose: int
+) -> tuple[subprocess.Popen, str]:
     process = subprocess.Popen(
-        [sys.executable, __file__, "_model", str(clock), str(interval), str(tokens)],
+        [sys.executable, __file__, "_model", str(clock), str(interval), str(tokens), str(prose)],
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -396,6 +428,8 @@ class Result:
     failures: list[str]
     retries: int
     client_cpu: float
+    server_cpu: float  # the servers' CPU seconds over the measured rounds' wall seconds
+    server_cpu_seconds: float
     send_ms: list[float] = field(default_factory=list)
 
 
@@ -441,10 +475,13 @@ async def drive(
         for tab in live:  # the words a frame carries are counted over the measured rounds
             tab.frames = tab.frame_bytes = 0
         cpu_from, wall_from = time.process_time(), time.monotonic()
+        servers_from = sum(cpu_seconds(server.process.pid) for server in servers)
         started = time.monotonic()
         for n in range(1, rounds + 1):
             end = await one_round(n)
-        client_cpu = (time.process_time() - cpu_from) / (time.monotonic() - wall_from)
+        wall = time.monotonic() - wall_from
+        client_cpu = (time.process_time() - cpu_from) / wall
+        server_seconds = sum(cpu_seconds(server.process.pid) for server in servers) - servers_from
     finally:
         stop.set()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -481,8 +518,19 @@ async def drive(
         failures=sorted({tab.closed for tab in opened if tab.closed and tab not in live}),
         retries=sum(tab.retries for tab in opened),
         client_cpu=client_cpu,
+        server_cpu=server_seconds / wall,
+        server_cpu_seconds=server_seconds,
         send_ms=[ms for _, ms in answers],
     )
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's CPU time so far (user and system), from /proc; 0 where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _first_event(clocks: Clocks, chat: str, answer: int, number: int) -> float | None:
@@ -558,7 +606,9 @@ def report(result: Result, setup: str, servers: int, rate: float) -> None:
         f"event to the tab: p50 {plain(result.to_tab, 50)}, p99 {plain(result.to_tab, 99)}; "
         f"{result.words_per_frame:.1f} words a frame, {result.frame_bytes:.0f} bytes each; "
         f"{result.refused} sends refused, answered in {statistics.median(result.send_ms):.0f} ms "
-        f"(median); the bench's own tabs used {result.client_cpu:.0%} of a core"
+        f"(median); the servers used {result.server_cpu:.0%} of a core, "
+        f"{result.server_cpu_seconds * 1000 / max(result.words_written, 1):.2f} ms a word; "
+        f"the bench's own tabs used {result.client_cpu:.0%} of a core"
         + (f"; {result.retries} handshakes retried" if result.retries else "")
         + (
             f"; {result.failed_tabs} tabs failed to open: {' | '.join(result.failures)}"
@@ -586,6 +636,12 @@ def main() -> None:
     )
     parser.add_argument("--tokens", type=int, default=100, help="words in each reply (100)")
     parser.add_argument(
+        "--prose",
+        type=int,
+        default=0,
+        help="characters of Markdown each reply writes at once before its words (0)",
+    )
+    parser.add_argument(
         "--interval", type=float, default=0.05, help="seconds between a reply's words (0.05)"
     )
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (3), after one")
@@ -607,7 +663,9 @@ def main() -> None:
     if args.stream_every:
         setup += f", stream_every {args.stream_every} s"
     print(
-        f"bench_streaming: {setup}; {args.replies} replies of {args.tokens} words at "
+        f"bench_streaming: {setup}; {args.replies} replies of "
+        + (f"{args.prose} characters of Markdown, then " if args.prose else "")
+        + f"{args.tokens} words at "
         f"{rate:g} words/s, {args.rounds} rounds after a warm-up; load before: {shared._load()}"
     )
 
@@ -617,7 +675,7 @@ def main() -> None:
     backing: Backing | None = None
     try:
         model_clock = workdir / "model-clock.txt"
-        model, model_url = start_model(model_clock, args.interval, args.tokens)
+        model, model_url = start_model(model_clock, args.interval, args.tokens, args.prose)
         running.append(model)
         backing = Backing(
             redis=args.redis,
@@ -656,6 +714,6 @@ if __name__ == "__main__":
     elif len(sys.argv) > 1 and sys.argv[1] == "_seed":
         seed(int(sys.argv[2]), sys.argv[3], sys.argv[4])
     elif len(sys.argv) > 1 and sys.argv[1] == "_model":
-        serve_model(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]))
+        serve_model(sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     else:
         main()
