@@ -48,6 +48,7 @@ __all__ = [
     "code_css",
     "plain_text",
     "render_markdown",
+    "render_markdown_kept",
     "render_markdown_live",
 ]
 
@@ -308,6 +309,25 @@ def render_markdown(text: str) -> str:
     tokens = md.parse(str(text or ""))
     _rework(tokens)
     return clean(md.renderer.render(tokens, md.options, {}))
+
+
+# A stored reply is rendered again with each render of its chat's transcript (each push
+# of the chat's page, each answer to a request), and parsing is most of a render: the
+# latest renders are kept, by their words. Longer words are rendered each time, so what
+# is kept stays small (at most some 256 x 80 kB).
+RENDERS_KEPT = 256
+KEPT_CHARS = 20_000
+
+
+@lru_cache(maxsize=RENDERS_KEPT)
+def _render_kept(text: str) -> str:
+    return render_markdown(text)
+
+
+def render_markdown_kept(text: str) -> str:
+    """:func:`render_markdown`, kept for words rendered again unchanged (a stored reply)."""
+    text = str(text or "")
+    return _render_kept(text) if len(text) <= KEPT_CHARS else render_markdown(text)
 
 
 # A running reply's words are rendered again each time more of them come, and parsing is

@@ -17,7 +17,7 @@ from django import template
 from django.utils.safestring import SafeString, mark_safe
 
 from chats import refusals
-from chats.markdown import render_markdown, render_markdown_live
+from chats.markdown import render_markdown_kept, render_markdown_live
 from chats.models import EntryKind, EntryRole
 from chats.quoting import is_conch_note
 
@@ -29,7 +29,7 @@ YOU = "You"
 @register.filter
 def markdown(text: str) -> SafeString:
     """The assistant's words as safe HTML. Only for the assistant's words."""
-    return mark_safe(render_markdown(text))  # noqa: S308 - nh3 has cleaned it (chats/markdown.py)
+    return mark_safe(render_markdown_kept(text))  # noqa: S308 - nh3 has cleaned it (chats/markdown.py)
 
 
 @register.filter

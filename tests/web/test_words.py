@@ -407,6 +407,30 @@ def test_live_words_share_one_maths_budget_across_their_parts():
     assert md.render_markdown_live(words) == whole
 
 
+@pytest.mark.django_db
+def test_a_stored_reply_is_parsed_once_however_often_its_transcript_renders(owner, agent):
+    from chats import regions
+    from chats.models import EntryRole
+    from chats.runtime.chats import entry_append
+
+    chat = ChatFactory(owner=owner)
+    turn = message_send(conversation=chat, text="plan it")
+    entry_append(
+        conversation=chat, role=EntryRole.ASSISTANT, text="## Plan\n\nFirst **this**.", turn=turn
+    )
+    md._render_kept.cache_clear()
+    pages = [
+        regions.render_region("transcript", regions.transcript_context(conversation=chat))
+        for _ in range(3)
+    ]
+    assert all("<h3>Plan</h3>" in page and "<strong>this</strong>" in page for page in pages)
+    assert (md._render_kept.cache_info().misses, md._render_kept.cache_info().hits) == (1, 2)
+    # Words past KEPT_CHARS are rendered each time: what is kept stays small.
+    long_words = "word " * (md.KEPT_CHARS // 5 + 1)
+    assert md.render_markdown_kept(long_words) == md.render_markdown(long_words)
+    assert md._render_kept.cache_info().currsize == 1
+
+
 def test_a_finished_part_of_the_live_words_is_rendered_once():
     md._part_kept.cache_clear()
     words = "## Plan\n\nFirst **this**.\n\nThen that"
