@@ -5,12 +5,16 @@ one channel of its own in the owner's group, whatever the number of tabs. An
 event reaches the process once through the channel layer (the in-memory queue,
 or one message through Redis), its parts are rendered once on
 :data:`RENDER_THREAD`, and the same text goes to each tab, in the order the
-events were numbered. A tab costs one socket write an event, nothing more: no
-channel-layer message, task wake-up or thread hop of its own (issue 17, item 1).
+events were numbered. A tab costs one socket write a run of events that shows it
+something, nothing more: no channel-layer message, task wake-up or thread hop of its
+own (issue 17, item 1).
 
 The renders run on a thread of their own, which keeps its database connection,
 not on the thread Channels gives the views, so a push never queues behind a view
-and a view never behind a hundred pushes.
+and a view never behind a hundred pushes. What needs no database (a running reply's
+words, a run's marker alone) renders on another, :data:`WORDS_THREAD`, so words
+never wait there behind a page; and a chat's part still rendering holds back only
+the tabs showing that chat (:class:`Lane`), each tab's pushes still in order.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -32,6 +37,9 @@ log = logging.getLogger(__name__)
 # Every push is rendered here, one at a time and in the order the events came: off
 # the thread the views share, and on one connection, kept between renders.
 RENDER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-render")
+# What renders without the database (a run's marker alone, a running reply's words)
+# renders here: a chat's page rendering on RENDER_THREAD never holds up another's words.
+WORDS_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-render-words")
 # How often a listener joins its owner's group again: channels_redis forgets a member
 # after a day (group_expiry), however busy its channel is.
 REJOIN_SECONDS = 3600.0
@@ -71,6 +79,25 @@ async def render(render: Callable[..., str], **kwargs: Any) -> str:
     return await asyncio.wrap_future(RENDER_THREAD.submit(rendered, render, kwargs))
 
 
+async def render_words(render: Callable[..., str], **kwargs: Any) -> str:
+    """``render(**kwargs)``, which reads no database, on :data:`WORDS_THREAD`."""
+    return await asyncio.wrap_future(WORDS_THREAD.submit(render, **kwargs))
+
+
+def _words_only(parts: list[regions.ChatPart]) -> bool:
+    return all(part.kind == regions.WORDS for part in parts)
+
+
+class Lane:
+    """The pushes waiting for the tabs showing one chat, in order, behind a part of that
+    chat still rendering: each the run, what every tab gets, and the chat's part (a
+    render under way, or None when the run has none for it)."""
+
+    def __init__(self) -> None:
+        self.waiting: deque[tuple[regions.PushRun, str, asyncio.Future[str] | None]] = deque()
+        self.task: asyncio.Task[None] | None = None
+
+
 class Tab(Protocol):
     """What a listener needs of a tab: the chat it shows, and a way to send it text."""
 
@@ -105,6 +132,7 @@ class OwnerTabs:
         self.group = events.owner_group(owner_id)
         self.tabs: dict[Tab, list[str] | None] = {}  # each tab, and what waits for it
         self.owed: dict[Tab, int] = {}  # each tab's first number not sent it since its last push
+        self.lanes: dict[str, Lane] = {}  # by chat, while a part of it renders
         self.channel = ""
         self.heard: list[dict[str, Any]] = []
         self._more = asyncio.Event()
@@ -165,14 +193,22 @@ class OwnerTabs:
 
     async def push(self, run: regions.PushRun) -> None:
         """One run of events to every tab here: what every tab gets, rendered once, then
-        to the tabs showing a chat the run changed, that chat's part too, rendered once."""
+        to the tabs showing a chat the run changed, that chat's part too, rendered once.
+
+        A chat's running words are awaited here; any other part of a chat (its page, its
+        transcript) goes to the chat's :class:`Lane`, and the next run is taken up while
+        it renders: the tabs showing that chat get it, and what follows for them, in
+        order, as it is ready; the other tabs don't wait for it.
+        """
         shown = {tab.showing for tab in self.tabs if tab.showing in run.parts}
         every_render = asyncio.ensure_future(
-            render(regions.render_run, owner_id=self.owner_id, run=run)
+            (render if run.rows else render_words)(
+                regions.render_run, owner_id=self.owner_id, run=run
+            )
         )
         chat_renders = {
             chat: asyncio.ensure_future(
-                render(
+                (render_words if _words_only(run.parts[chat]) else render)(
                     regions.render_run_for_chat,
                     owner_id=self.owner_id,
                     conversation_id=chat,
@@ -183,19 +219,76 @@ class OwnerTabs:
             if chat in shown
         }
         numbers_only = not run.rows  # the part every tab gets is only the run's marker
+        queued: set[str] = set()
         try:
             every = await every_render
+            # A chat whose tabs wait behind a part still rendering: this run waits there too.
+            for chat, lane in self.lanes.items():
+                if chat not in chat_renders:
+                    self._queue(chat, lane, run, every, None)
+                    queued.add(chat)
+            for chat, chat_render in chat_renders.items():
+                if chat in self.lanes or not _words_only(run.parts[chat]):
+                    self._queue(chat, self.lanes.setdefault(chat, Lane()), run, every, chat_render)
+                    queued.add(chat)
             # The tabs elsewhere need nothing more: sent now, while the chats' parts render.
-            elsewhere = [tab for tab in self.tabs if tab.showing not in chat_renders]
+            elsewhere = [
+                tab
+                for tab in self.tabs
+                if tab.showing not in chat_renders and tab.showing not in queued
+            ]
             await self._send(every, elsewhere, run, numbers_only)
             for chat, chat_render in chat_renders.items():
+                if chat in queued:
+                    continue
                 page = await chat_render
                 text = f"{every}\n{page}" if page else every
                 showing = [tab for tab in self.tabs if tab.showing == chat]
                 await self._send(text, showing, run, numbers_only and not page)
         finally:
-            for pending in (every_render, *chat_renders.values()):
-                pending.cancel()
+            every_render.cancel()
+            for chat, pending in chat_renders.items():
+                if chat not in queued:
+                    pending.cancel()
+
+    def _queue(
+        self,
+        chat: str,
+        lane: Lane,
+        run: regions.PushRun,
+        every: str,
+        page: asyncio.Future[str] | None,
+    ) -> None:
+        lane.waiting.append((run, every, page))
+        if lane.task is None:
+            lane.task = asyncio.ensure_future(self._send_lane(chat, lane))
+
+    async def _send_lane(self, chat: str, lane: Lane) -> None:
+        """Send what waits in a chat's lane to the tabs showing it, in order, each as soon
+        as its part is rendered; the lane goes once nothing waits in it."""
+        try:
+            while lane.waiting:
+                run, every, rendering = lane.waiting[0]
+                page = ""
+                try:
+                    if rendering is not None:
+                        page = await rendering
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # at most once: each page sees the gap at the next number
+                    log.exception("could not push events %s to %s", run.first, run.last)
+                    lane.waiting.popleft()
+                    continue
+                lane.waiting.popleft()
+                text = f"{every}\n{page}" if page else every
+                showing = [tab for tab in self.tabs if tab.showing == chat]
+                await self._send(text, showing, run, not run.rows and not page)
+        finally:
+            if self.lanes.get(chat) is lane:
+                del self.lanes[chat]
+            for _, _, rendering in lane.waiting:
+                if rendering is not None:
+                    rendering.cancel()
 
     async def _send(
         self, text: str, tabs: list[Tab], run: regions.PushRun, numbers_only: bool
@@ -237,6 +330,9 @@ class OwnerTabs:
         """The owner's last tab here left: stop listening and leave the group."""
         for task in self._tasks:
             task.cancel()
+        for lane in list(self.lanes.values()):
+            if lane.task is not None:
+                lane.task.cancel()
         asyncio.ensure_future(self._leave())
 
     async def _leave(self) -> None:

@@ -292,10 +292,10 @@ async def test_an_event_reaches_the_process_once_whatever_the_number_of_tabs(coo
 
 
 @contextmanager
-def render_thread_held():
+def render_thread_held(thread=pushes.RENDER_THREAD):
     """The render thread busy until the block ends, as a slow render would keep it."""
     release = threading.Event()
-    busy = pushes.RENDER_THREAD.submit(release.wait, TIMEOUT)
+    busy = thread.submit(release.wait, TIMEOUT)
     try:
         yield
     finally:
@@ -365,17 +365,17 @@ async def test_words_heard_while_a_push_renders_go_out_newest_only_and_in_order(
     with its next push, so its page sees no gap."""
     other = await database_sync_to_async(ChatFactory)(owner=owner, agent=agent, title="Other")
     rendering = asyncio.Event()
-    real_render = pushes.render
+    real_render = pushes.render_words
 
     def render(*args, **kwargs):
         rendering.set()
         return real_render(*args, **kwargs)
 
-    monkeypatch.setattr(pushes, "render", render)
+    monkeypatch.setattr(pushes, "render_words", render)
     showing = await open_tabs(cookie, 1, chat=chat)
     tabs = showing + await open_tabs(cookie, 1)
     try:
-        with render_thread_held():
+        with render_thread_held(pushes.WORDS_THREAD):
             await database_sync_to_async(words_written)(chat, "Hel")
             await asyncio.wait_for(rendering.wait(), TIMEOUT)  # its push waits to render
             await database_sync_to_async(words_written)(chat, "Hello")
@@ -400,6 +400,53 @@ async def test_words_heard_while_a_push_renders_go_out_newest_only_and_in_order(
     assert elsewhere.startswith(f'<span id="conch-seq" {from_start}')
     assert f'<li id="row-{chat.public_id}"' in elsewhere
     assert "reply-1-text" not in elsewhere and 'id="chat-controls"' not in elsewhere
+
+
+async def test_a_chats_page_still_rendering_holds_back_only_the_tabs_showing_that_chat(
+    owner, agent, cookie, chat, monkeypatch
+):
+    """A chat's page renders on the render thread while another reply's words come: those
+    words reach the tabs showing their chat at once; the tabs showing the first chat get
+    its page, then what came after it, in order."""
+    other = await database_sync_to_async(ChatFactory)(owner=owner, agent=agent, title="Other")
+    page_rendering, page_may_end = threading.Event(), threading.Event()
+    real = regions.render_run_for_chat
+
+    def render_run_for_chat(*, conversation_id, parts, **kwargs):
+        if conversation_id == chat.public_id and parts[0].kind == regions.REGIONS:
+            page_rendering.set()
+            page_may_end.wait(TIMEOUT)  # a slow page
+        return real(conversation_id=conversation_id, parts=parts, **kwargs)
+
+    monkeypatch.setattr(regions, "render_run_for_chat", render_run_for_chat)
+    on_chat = await open_tabs(cookie, 1, chat=chat)
+    on_other = await open_tabs(cookie, 1, chat=other)
+    try:
+        await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
+        assert await asyncio.to_thread(page_rendering.wait, TIMEOUT)
+        await database_sync_to_async(words_written)(other, "Hi from the other")
+        await database_sync_to_async(words_written)(chat, "Hi from this one")
+        row, words = (
+            await on_other[0].receive_from(TIMEOUT),
+            await on_other[0].receive_from(TIMEOUT),
+        )
+        assert not page_may_end.is_set()  # all of that while the page was still rendering
+        page_may_end.set()
+        page, later = await on_chat[0].receive_from(TIMEOUT), await on_chat[0].receive_from(TIMEOUT)
+    finally:
+        page_may_end.set()
+        await close_tabs(on_chat + on_other)
+
+    assert f'<li id="row-{chat.public_id}"' in row and "is-needs_you" in row
+    assert "<p>Hi from the other</p>" in words
+    assert 'id="chat-controls"' in page and "is-needs_you" in page
+    assert "<p>Hi from this one</p>" in later
+    # In order, and no gap: the other chat's words came between, and go with the later push.
+    assert "data-first" not in page.split(">", 1)[0]
+    marked = (
+        f'data-seq="{seq_of(page)[0] + 2}" data-kind="event" data-first="{seq_of(page)[0] + 1}"'
+    )
+    assert later.startswith(f'<span id="conch-seq" {marked}')
 
 
 async def test_events_sent_together_reach_the_tabs_as_one_push(owner, cookie, chat):
