@@ -21,7 +21,9 @@ each server runs with a subscriber (chats.hooks.subscribe, called as each event
 commits, before it goes to the channel layer) that notes each ``reply.text``
 event's newest word, so a word's time splits into "to the event" (the engine
 reading it, the runtime publishing it) and "to the tab" (the channel layer, the
-render, the socket).
+render, the socket). Words that went in the place of an event still waiting to be
+sent (chats/events.py, ``newest_of``) are not heard there: they count from the next
+event that carries them, so the split is a rough one.
 
 ``time.monotonic()`` is the machine's CLOCK_MONOTONIC, the same in every process.
 
