@@ -545,6 +545,99 @@ class Step(models.Model):
         return f"{self.turn_id}.{self.number} {self.tool}"
 
 
+class TaintCause(models.TextChoices):
+    """Why a chat's taint rose: what came in, and from where."""
+
+    PAGE = "page", "read a web page"
+    MESSAGE = "message", "a message from another chat"
+    WAIT = "wait", "the answer of a wait"
+    TASK = "task", "a task's result"
+    CHAT_READ = "chat_read", "read another chat's words"
+    ROUTINE = "routine", "a routine's result"
+    STRANGER = "stranger", "someone else's words"
+    IMPORT = "import", "an import"
+    MCP = "mcp", "an MCP tool's result"
+    PARENT = "parent", "started by a chat that was careful"
+    PREVIOUS = "previous", "the session before it had someone else's words"
+    SETUP = "setup", "started careful, as set up"
+
+
+class TaintRiseQuerySet(models.QuerySet):
+    def update(self, **kwargs: Any) -> int:
+        raise TypeError("A chat's trust timeline is append-only: a rise is never changed.")
+
+
+class TaintRise(models.Model):
+    """One rise of a chat's taint, written in the same transaction as the rise
+    (``chats.taint.taint_raise``, the one door). Append-only: a rise is never changed,
+    and goes only with its chat.
+
+    What it holds is what the chat itself used (a URL, a path), which chat the taint
+    came from (never that chat's words: the timeline follows ``source_rise`` to say
+    why that chat was careful, as far as the person may see), and where it came in.
+    """
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="taint_rises"
+    )
+    at = models.DateTimeField(default=timezone.now)
+    before = models.CharField(max_length=16, choices=Taint.choices)
+    after = models.CharField(max_length=16, choices=Taint.choices)
+    cause = models.CharField(max_length=16, choices=TaintCause.choices)
+    url = models.TextField(blank=True, help_text="The page or server the chat itself used.")
+    path = models.TextField(blank=True, help_text="The file the chat itself read.")
+    source = models.ForeignKey(
+        Conversation,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The chat the taint came from (a message, a wait, a task, a routine).",
+    )
+    source_taint = models.CharField(
+        max_length=16, choices=Taint.choices, blank=True, help_text="That chat's taint then."
+    )
+    source_rise = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="That chat's latest rise then: where its own care came from.",
+    )
+    turn = models.ForeignKey(
+        Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    step = models.ForeignKey(
+        "Step",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The step of that reply that carried it in.",
+    )
+    detail = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The rest of the cause: a message's or task's id, a chat app and sender, "
+        "an archive's claim, an MCP server and tool.",
+    )
+
+    objects = TaintRiseQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["conversation_id", "at", "id"]
+        indexes = [models.Index(fields=["conversation", "at"], name="taint_rise_chat_at")]
+
+    def __str__(self) -> str:
+        return f"{self.conversation_id}: {self.before} → {self.after} ({self.cause})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise TypeError("A chat's trust timeline is append-only: a rise is never changed.")
+        super().save(*args, **kwargs)
+
+
 class QueuedInput(models.Model):
     """The person's message that arrived during a running reply; the next reply takes it."""
 

@@ -103,6 +103,11 @@ class ChatFactory(factory.Factory):
                 owner=owner,
                 workspace=default.workspace,
             )
+        if kwargs.get("taint", Taint.NONE) != Taint.NONE:
+            from chats.models import TaintCause
+            from chats.taint import Cause
+
+            kwargs.setdefault("taint_cause", Cause(TaintCause.SETUP))
         return conversation_create(*args, **kwargs)
 
     @classmethod

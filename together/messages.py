@@ -39,7 +39,7 @@ from chats.models import (
 from chats.quoting import NOTHING, clean, conch_note, conch_words, fence, named, plain, plain_id
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import conversation_stop, turn_start
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from together.models import UNREAD_STATES, Chain, ChainPair, ChatMessage, MessageState
 from together.visibility import NOT_YOURS_ORIGINS, offers_together
 
@@ -407,7 +407,7 @@ def take_in(*, message: ChatMessage, turn: Turn) -> Note | None:
             taint_raise(
                 conversation=receiver,
                 taint=Taint.UNTRUSTED,
-                why=f"a message from chat {message.sender_public_id}",
+                cause=Cause.message(message.sender, message_id=message.message_id, turn=turn),
             )
         except Exception:
             log.exception("could not carry taint for %s", message.message_id)

@@ -65,7 +65,7 @@ from chats.quoting import (
     scrub_secrets,
 )
 from chats.runtime.chats import ConchError
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult
 from together import fulltext
 from together.listing import LOOKING_AT_CHATS
@@ -513,11 +513,11 @@ def past_read(
 # Trust
 
 
-def taint_carry(*, reader: Conversation, taint: str, source: str) -> bool:
+def taint_carry(*, reader: Conversation, taint: str, cause: Cause) -> bool:
     """Taint ``reader`` as much as what it is about to read. Call before the words reach it."""
     if taint == Taint.NONE:
         return False
-    return taint_raise(conversation=reader, taint=taint, why=f"read {source}")
+    return taint_raise(conversation=reader, taint=taint, cause=cause)
 
 
 def _taint_words(taint: str, *, whose: str) -> Said:
@@ -692,6 +692,11 @@ def _reply_block(
     return "\n".join(parts), cut
 
 
+def _read_cause(ctx: ToolContext, chat_id: str) -> Cause:
+    source = Conversation.objects.filter(public_id=chat_id).first()
+    return Cause.chat_read(source, chat_id=chat_id, turn=ctx.turn, step=ctx.step_id)
+
+
 def _search_chats(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     try:
         search = past_search(
@@ -702,8 +707,10 @@ def _search_chats(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         )
     except ConchError as exc:
         raise ToolError(str(exc)) from None
-    sources = ", ".join(dict.fromkeys(h.chat_id for h in search.hits if h.taint != Taint.NONE))
-    taint_carry(reader=ctx.conversation, taint=search.taint, source=f"chat {sources}")
+    if search.taint != Taint.NONE:
+        # The most careful of the chats found is the one the timeline names.
+        worst = next(h.chat_id for h in search.hits if h.taint == search.taint)
+        taint_carry(reader=ctx.conversation, taint=search.taint, cause=_read_cause(ctx, worst))
     return ToolResult(search_answer(search))
 
 
@@ -718,7 +725,7 @@ def _read_chat(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     except ConchError as exc:
         raise ToolError(str(exc)) from None
     if read.replies:
-        taint_carry(reader=ctx.conversation, taint=read.taint, source=f"chat {read.chat_id}")
+        taint_carry(reader=ctx.conversation, taint=read.taint, cause=_read_cause(ctx, read.chat_id))
     return ToolResult(read_answer(read))
 
 

@@ -37,7 +37,7 @@ from chats.models import (
 from chats.quoting import NOTHING, Said, conch_note, conch_words, fence, plain, plain_id
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import turn_start
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from together.messages import ERR_NO_SUCH_CHAT, chain_spent_q
 from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
 from together.visibility import is_yours, offers_together
@@ -316,10 +316,10 @@ def last_reply_of(chat: Conversation) -> str:
     return "\n\n".join(words.values_list("text", flat=True))
 
 
-def _carry_taint(waiter: Conversation, source_taint: str, source: str) -> None:
+def _carry_taint(waiter: Conversation, source: Conversation, cause: Cause) -> None:
     """A chat that read something from outside taints the one that waits for it, before it reads."""
-    if source_taint != Taint.NONE:
-        taint_raise(conversation=waiter, taint=Taint.UNTRUSTED, why=f"waited for {source}")
+    if source.taint != Taint.NONE:
+        taint_raise(conversation=waiter, taint=Taint.UNTRUSTED, cause=cause)
 
 
 def how_it_ended(target: Conversation) -> Said:
@@ -356,7 +356,7 @@ def _chat_outcome_text(
             )
         )
     if taint_first:
-        _carry_taint(waiter, target.taint, f"chat {target.public_id}")
+        _carry_taint(waiter, target, Cause.wait(target))
     if not bare:
         reply = last_reply_of(target)
         if reply:
@@ -382,7 +382,7 @@ def _task_outcome_text(waiter: Conversation, task: Task, *, bare: bool, taint_fi
         )
     ]
     if taint_first and task.chat is not None:
-        _carry_taint(waiter, task.chat.taint, f"task {task.public_id}")
+        _carry_taint(waiter, task.chat, Cause.task(task.chat, task_id=task.public_id))
     if not bare:
         words = task.result if task.state == TaskState.DONE else (task.reason or task.result)
         if words:

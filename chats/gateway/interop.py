@@ -56,6 +56,7 @@ from chats.models import (
     Taint,
 )
 from chats.quoting import not_as_conch
+from chats.taint import Cause, taint_raise
 from chats.tools.beneath import open_beneath, open_folder
 
 FORMAT_VERSION = 1
@@ -608,9 +609,6 @@ def _import_one(
             folder=str(planned.folder),
             archived=archived,
             pinned=bool(item.get("pinned")),
-            # The archive's word is no grant: see _imported_taint, and Ask until
-            # the person chooses otherwise for this chat.
-            taint=_imported_taint(item.get("taint")),
             mode=Mode.ASK,
             session_key=session_key or None,
             session_started_at=started,
@@ -619,6 +617,17 @@ def _import_one(
                 f"{where} lastInteractionAt",
             ),
             created_at=_when(item.get("createdAt", item.get("sessionStartedAt")), where),
+        )
+        # The archive's word is no grant: see _imported_taint, and Ask until the person
+        # chooses otherwise for this chat. Through the one door, so the timeline says why.
+        claimed = item.get("taint")
+        taint_raise(
+            conversation=chat,
+            taint=_imported_taint(claimed),
+            cause=Cause.imported(
+                archive=str(planned.index_path),
+                claimed=claimed if claimed in Taint.values else "",
+            ),
         )
         if item.get("chatType"):
             SessionOrigin.objects.create(

@@ -63,7 +63,7 @@ from chats.models import (
 from chats.quoting import conch_note, fence
 from chats.runtime.chats import ConchError, entry_append
 from chats.runtime.turns import message_send
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 
 log = logging.getLogger(__name__)
 
@@ -364,6 +364,6 @@ def _deliver_to_chat(*, routine: Routine, run_chat: Conversation, words: str) ->
             taint_raise(
                 conversation=target,
                 taint=run_chat.taint,
-                why=f"the result of the routine {routine.name}",
+                cause=Cause.routine(run_chat, routine_id=routine.public_id, name=routine.name),
             )
         events.publish_chat(target, routine=routine.public_id)

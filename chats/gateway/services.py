@@ -67,6 +67,7 @@ from chats.runtime.chats import (
     someone_elses_words_came,
 )
 from chats.runtime.turns import message_send, message_send_locked, queued_inputs_take
+from chats.taint import Cause
 from conch.rows import model_from_row, model_insert, model_update
 
 log = logging.getLogger(__name__)
@@ -250,6 +251,7 @@ def session_start(
     origin: str,
     taint: str,
     mode: str,
+    taint_cause: Cause | None = None,
     previous: Conversation | None = None,
     started_because: str = "",
     folder: str = "",
@@ -274,6 +276,7 @@ def session_start(
             origin=origin,
             origin_channel=origin_fields.get("channel", "") if origin == Origin.CHAT_APP else "",
             taint=taint,
+            taint_cause=taint_cause,
             mode=mode,
             session_key=session_key,
         )
@@ -585,6 +588,7 @@ def _take_in(
             "origin_fields": fields,
             "origin": origin,
             "taint": Taint.PERSON if others else Taint.NONE,
+            "taint_cause": Cause.stranger(channel=inbound.channel, sender=inbound.peer),
             # Someone else's words never run a write without the owner's OK.
             "mode": Mode.ASK if others else Mode.AUTO,
             "previous": previous,
@@ -605,7 +609,9 @@ def _take_in(
     if others and not chat.taint_at_least(Taint.PERSON):
         # Someone else's words just joined a chat of yours (dmScope shared): from now
         # on a write waits for your OK, as in any chat with someone else's words.
-        chat = someone_elses_words_came(conversation=chat, who=inbound.peer)
+        chat = someone_elses_words_came(
+            conversation=chat, who=inbound.peer, channel=inbound.channel
+        )
 
     text = command[1] if command is not None else inbound.text
     if not text:
@@ -699,6 +705,7 @@ def session_reset_after_reply(
             origin_fields=fields,
             origin=chat.origin,
             taint=Taint.PERSON if chat.taint == Taint.PERSON else Taint.NONE,
+            taint_cause=Cause.previous(chat),
             mode=chat.mode,
             previous=chat,
             started_because=why,

@@ -29,7 +29,7 @@ from chats.models import (
 )
 from chats.quoting import scrub_secrets
 from chats.runtime.standing import standing_oks_clear_locked
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise, taint_rise_record
 
 ERR_TITLE_TOO_LONG = "A chat's title is at most {chars} characters."
 ERR_TITLE_LENGTH = "A chat's title must be 1 to {chars} characters."
@@ -93,6 +93,7 @@ def conversation_create(
     script: list | None = None,
     parent: Conversation | None = None,
     taint: str = Taint.NONE,
+    taint_cause: Cause | None = None,
     place: str = "local",
     session_key: str | None = None,
     public_id: str | None = None,
@@ -133,6 +134,13 @@ def conversation_create(
             session_key=session_key,
             **({"public_id": public_id} if public_id else {}),
         )
+        if taint != Taint.NONE:
+            # Made careful: its timeline says why from the start, in this transaction.
+            if taint_cause is None:
+                raise ValueError("A chat made careful needs the cause (chats.taint.Cause).")
+            taint_rise_record(
+                conversation=conversation, before=Taint.NONE, after=taint, cause=taint_cause
+            )
         events.publish_chat(conversation)  # a row no page has yet
     return conversation
 
@@ -186,11 +194,17 @@ def conversation_set_mode(*, conversation: Conversation, mode: str) -> Conversat
     return conversation
 
 
-def someone_elses_words_came(*, conversation: Conversation, who: str) -> Conversation:
+def someone_elses_words_came(
+    *, conversation: Conversation, who: str, channel: str = ""
+) -> Conversation:
     """Someone else's words came into this chat (a chat app's group, a shared DM): it is
     no longer only the person's (taint ``person``), and from now on a write waits for the
     person's OK, as in any chat with someone else's words: an Auto chat moves to Ask."""
-    raised = taint_raise(conversation=conversation, taint=Taint.PERSON, why=f"a message from {who}")
+    raised = taint_raise(
+        conversation=conversation,
+        taint=Taint.PERSON,
+        cause=Cause.stranger(channel=channel, sender=who),
+    )
     if raised and conversation.mode == Mode.AUTO:
         conversation = conversation_set_mode(conversation=conversation, mode=Mode.ASK)
     return conversation

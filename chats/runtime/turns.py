@@ -43,6 +43,7 @@ from chats.runtime.chats import (
 )
 from chats.runtime.lanes import lane_lock
 from chats.runtime.standing import ERR_NOT_OFFERED, standing_ok_give_locked, standing_ok_offer
+from chats.taint import Cause
 from chats.tools.registry import get_tool
 from conch.rows import model_insert
 
@@ -533,6 +534,7 @@ def task_start(
             script=script,
             parent=parent,
             taint=parent.taint,
+            taint_cause=Cause.parent(parent),
             place=parent.place,
         )
         task = Task.objects.create(parent=parent, chat=chat, title=title, prompt=prompt)

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from chats.limits import LIMITS
 from chats.models import Effect, Origin, Taint, Task, TaskState
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, family_add, register
 
 STARTING_A_TASK = "starting a task"
@@ -71,7 +71,9 @@ def _task_status(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
             taint_raise(
                 conversation=ctx.conversation,
                 taint=Taint.UNTRUSTED,
-                why=f"the result of task {task.public_id}",
+                cause=Cause.task(
+                    task.chat, task_id=task.public_id, turn=ctx.turn, step=ctx.step_id
+                ),
             )
     answer = {"capacity": capacity(), "tasks": rows}
     return ToolResult(json.dumps(answer, ensure_ascii=False, indent=1))

@@ -51,7 +51,7 @@ from chats import events
 from chats.limits import LIMITS
 from chats.models import Conversation, Effect, Taint, Turn
 from chats.quoting import NOTHING, conch_note, conch_words, fence, plain
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from chats.tools.registry import BROWSING, Tool, ToolContext, ToolError, ToolResult, register
 
 USER_AGENT = "Conch/0.1 (fetch_page; a local assistant reading one page)"
@@ -492,15 +492,18 @@ class _TextOf(HTMLParser):
 # The tool
 
 
-def page_open(*, conversation: Conversation, turn: Turn, url: str) -> None:
+def page_open(
+    *, conversation: Conversation, turn: Turn, url: str, step_id: int | None = None
+) -> None:
     """Mark the chat untrusted and its reply as having a page open: before any byte is read.
 
     If this can't be written down, nothing is fetched.
     """
-    host = urlsplit(url).hostname or url
     with transaction.atomic():
         taint_raise(
-            conversation=conversation, taint=Taint.UNTRUSTED, why=f"read a web page on {host}"
+            conversation=conversation,
+            taint=Taint.UNTRUSTED,
+            cause=Cause.page(url, turn=turn, step=step_id),
         )
         opened = Turn.objects.filter(pk=turn.pk, ended_at__isnull=True, browser_open=False).update(
             browser_open=True
@@ -558,7 +561,7 @@ def _fetch_page(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     url = args["url"]
 
     def mark(target: Target) -> None:
-        page_open(conversation=ctx.conversation, turn=ctx.turn, url=target.url)
+        page_open(conversation=ctx.conversation, turn=ctx.turn, url=target.url, step_id=ctx.step_id)
 
     page = page_fetch(url, before_connect=mark)
     return ToolResult(page_answer(page, offset=int(args.get("offset") or 0)))

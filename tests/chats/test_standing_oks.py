@@ -12,7 +12,7 @@ from chats.runtime.runner import drain
 from chats.runtime.standing import Scope, _covers, command_start
 from chats.runtime.stepping import _transcript_loader
 from chats.runtime.turns import message_send, turn_approve, turn_deny
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from tests.factories import ChatFactory
 
 pytestmark = pytest.mark.django_db
@@ -165,7 +165,7 @@ def test_a_standing_ok_is_not_honoured_once_the_chat_has_read_something_from_out
     chat = asking_chat(owner, workspace, write("a.txt"), write("b.txt"))
     turn = waiting(chat)
     turn_approve(turn=turn, always=True)
-    taint_raise(conversation=chat, taint=Taint.UNTRUSTED, why="a web page")
+    taint_raise(conversation=chat, taint=Taint.UNTRUSTED, cause=Cause.page("https://example.com/"))
     drain()
 
     assert waiting(chat).pending_action["args"]["path"] == "b.txt"

@@ -123,7 +123,8 @@ def test_a_first_message_makes_its_session_in_a_bounded_count(
 ):
     counted(client, gateway_token, django_capture_on_commit_callbacks, peer="warmup")
     first = counted(client, gateway_token, django_capture_on_commit_callbacks, peer="newcomer")
-    assert len(first) <= 22, "\n".join(first)  # 21, and the inbound rate's count
+    # 21, the inbound rate's count, and the rise of a stranger's chat's taint, written down
+    assert len(first) <= 23, "\n".join(first)
 
 
 def test_a_binding_changed_in_another_process_is_seen_by_the_next_message_in_place(

@@ -18,7 +18,7 @@ from chats.models import Conversation, Mode, Step, Taint, Turn, TurnState
 from chats.runtime.runner import drain
 from chats.runtime.stepping import turn_advance
 from chats.runtime.turns import message_send, turn_approve
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from chats.tools.registry import tools_offered
 from chats.toolsets import ERR_NO_FOLDER_OF_ITS_OWN, OWNERS, STRANGERS, tool_set_for
 from tests.factories import ChatFactory, agent_admin_form
@@ -226,7 +226,11 @@ def test_a_chat_that_takes_in_someone_elses_words_mid_reply_has_the_narrow_set_f
     turn = message_send(conversation=chat, text="go")
     Turn.objects.filter(pk=turn.pk).update(claimed_by="t")
     turn_advance(turn_id=turn.pk, worker="t", honour_delays=False)  # the owner's chat: it reads
-    taint_raise(conversation=chat, taint=Taint.PERSON, why="a message from mallory")
+    taint_raise(
+        conversation=chat,
+        taint=Taint.PERSON,
+        cause=Cause.stranger(channel="telegram", sender="mallory"),
+    )
     turn_advance(turn_id=turn.pk, worker="t", honour_delays=False)
 
     first, second = Step.objects.filter(turn=turn).order_by("number")
@@ -249,7 +253,11 @@ def test_a_tool_approved_after_someone_elses_words_came_in_is_refused_in_words(
     drain()
     turn = chat.turns.get()
     assert turn.state == TurnState.NEEDS_YOU  # asked the person, in Ask mode
-    taint_raise(conversation=chat, taint=Taint.PERSON, why="a message from mallory")
+    taint_raise(
+        conversation=chat,
+        taint=Taint.PERSON,
+        cause=Cause.stranger(channel="telegram", sender="mallory"),
+    )
     turn_approve(turn=turn)
     drain()
 

@@ -13,7 +13,7 @@ import pytest
 from chats.models import Entry, EntryKind, Step, Taint
 from chats.quoting import conch_note, named, plain, speaks_as_conch
 from chats.runtime.runner import drain
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from tests.factories import ChatFactory
 from tests.frames import conch_voices
 from tests.together.conftest import look, message
@@ -171,7 +171,9 @@ def test_message_chat_says_what_will_happen(live, receiver_busy, start_reply, ta
         live.step(receiver, 1)
     sender = ChatFactory(title="Sender", script=[[message(receiver, "hello", start_reply)]])
     if tainted:
-        taint_raise(conversation=sender, taint=Taint.UNTRUSTED, why="a web page")
+        taint_raise(
+            conversation=sender, taint=Taint.UNTRUSTED, cause=Cause.page("https://example.com/")
+        )
     live.start(sender)
     live.step(sender, 2)
     said = answer_of(sender)[0]

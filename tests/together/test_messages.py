@@ -29,7 +29,7 @@ from chats.runtime.turns import (
     task_start,
     turn_start,
 )
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from chats.tools.registry import ToolContext, ToolError, get_tool
 from tests.commands import (
     kill_all,
@@ -50,6 +50,8 @@ from together.messages import (
     inbound_set,
 )
 from together.models import Chain, ChatMessage, MessageState
+
+STRANGER = Cause.stranger(channel="telegram", sender="mallory")
 
 
 def steps(chat, tool):
@@ -284,7 +286,7 @@ def test_someone_elses_words_coming_in_meanwhile_means_not_delivered(live):
     a = ChatFactory(title="A", script=[[message(b, "hello")]])
     live.start(a)
     drain()
-    taint_raise(conversation=b, taint=Taint.PERSON)
+    taint_raise(conversation=b, taint=Taint.PERSON, cause=STRANGER)
     live.start(b)
     drain()
     msg = ChatMessage.objects.get()

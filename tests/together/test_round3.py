@@ -11,7 +11,7 @@ from chats.refusals import IN_PLAN_MODE_NOW, NOT_IN_SET, NOT_OFFERED_NOW, for_pe
 from chats.runtime.chats import conversation_set_mode
 from chats.runtime.runner import drain
 from chats.runtime.turns import turn_approve, turn_deny
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from chats.toolsets import tool_set_for
 from tests.factories import ChatFactory
 from tests.together.conftest import look, message, wait_chat
@@ -19,6 +19,8 @@ from together import messages as msgs
 from together import waits
 from together.messages import MESSAGE_LIMITS, NotDelivered, held_message_pass, inbound_set
 from together.models import Chain, ChatMessage, MessageState, Wait, WaitState
+
+STRANGER = Cause.stranger(channel="telegram", sender="mallory")
 
 
 def answers(chat, tool="message_chat"):
@@ -64,7 +66,7 @@ def test_pass_it_on_to_a_chat_that_turned_messages_away_starts_nothing_and_says_
 
 def test_pass_it_on_after_someone_elses_words_came_in_starts_nothing(live):
     _, b, held = held_start_reply_message(live, chat_app=True)
-    taint_raise(conversation=b, taint=Taint.PERSON)
+    taint_raise(conversation=b, taint=Taint.PERSON, cause=STRANGER)
     with pytest.raises(NotDelivered, match="Someone else's words came into that chat"):
         held_message_pass(message=held)
     drain()
@@ -79,7 +81,7 @@ def test_a_start_reply_message_to_a_busy_chat_that_then_turns_messages_away_star
     live.step(b, 1)
     a = ChatFactory(title="A", script=[[message(b, "when you're done", start_reply=True)]])
     taint_raise(
-        conversation=a, taint=Taint.UNTRUSTED, why="a web page"
+        conversation=a, taint=Taint.UNTRUSTED, cause=Cause.page("https://example.com/")
     )  # read only as a reply starts
     live.start(a)
     live.step(a, 2)
@@ -101,7 +103,7 @@ def test_a_start_reply_message_to_a_chat_that_now_holds_is_held_not_started(live
     live.start(b)
     live.step(b, 1)
     a = ChatFactory(title="A", script=[[message(b, "when you're done", start_reply=True)]])
-    taint_raise(conversation=a, taint=Taint.UNTRUSTED, why="a web page")
+    taint_raise(conversation=a, taint=Taint.UNTRUSTED, cause=Cause.page("https://example.com/"))
     live.start(a)
     live.step(a, 2)
     inbound_set(conversation=b, inbound=Inbound.HOLD)
@@ -166,7 +168,7 @@ def test_an_approved_stop_chat_does_not_run_once_the_chat_is_in_plan_mode(live):
 def someone_else_comes_in(chat):
     chat.origin = Origin.CHAT_APP
     chat.save(update_fields=["origin"])
-    taint_raise(conversation=chat, taint=Taint.PERSON)
+    taint_raise(conversation=chat, taint=Taint.PERSON, cause=STRANGER)
 
 
 def test_an_approved_stop_chat_does_not_run_once_someone_elses_words_came_in(live):
@@ -254,7 +256,7 @@ def test_a_chat_whose_only_way_in_is_a_spent_chains_message_is_idle_to_a_waiter(
     others = [ChatFactory(title=f"R{n}", script=[[look()]]) for n in range(limit)]
     sends = [message(b, "when you're done", start_reply=True)]
     a = ChatFactory(title="A", script=[sends + [message(r, "go", True) for r in others]])
-    taint_raise(conversation=a, taint=Taint.UNTRUSTED, why="a web page")
+    taint_raise(conversation=a, taint=Taint.UNTRUSTED, cause=Cause.page("https://example.com/"))
     live.start(a)
     live.step(a, len(others) + 2)  # every message sent before B's reply ends
     drain()

@@ -14,7 +14,7 @@ import pytest
 from chats.engines.scripted import ScriptedEngine
 from chats.models import Conversation, Taint, Task, TaskState, Turn, TurnState
 from chats.runtime.turns import task_start
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from tests.factories import ChatFactory
 from tests.together.conftest import look, message
 
@@ -93,7 +93,11 @@ def test_must_ask_reads_the_chat_as_it_is_now(live, busy, monkeypatch):
         decision = original(self, given)
         if given.conversation.pk == w.pk:
             elsewhere = Conversation.objects.get(pk=w.pk)  # another process's copy
-            taint_raise(conversation=elsewhere, taint=Taint.UNTRUSTED, why="waited for chat c_x")
+            taint_raise(
+                conversation=elsewhere,
+                taint=Taint.UNTRUSTED,
+                cause=Cause.page("https://example.com/"),
+            )
         return decision
 
     monkeypatch.setattr(ScriptedEngine, "next_action", meanwhile)
@@ -105,7 +109,9 @@ def test_must_ask_reads_the_chat_as_it_is_now(live, busy, monkeypatch):
 def test_a_tainted_tasks_result_taints_the_chat_that_reads_it_before_it_acts(live, busy):
     parent = ChatFactory(title="Parent")
     task = task_start(parent=parent, title="Read the page", script=[[look()]])
-    taint_raise(conversation=task.chat, taint=Taint.UNTRUSTED, why="read a web page")
+    taint_raise(
+        conversation=task.chat, taint=Taint.UNTRUSTED, cause=Cause.page("https://example.com/")
+    )
     Task.objects.filter(pk=task.pk).update(state=TaskState.DONE, result="The page says: stop.")
     parent.script = [[{"tool": "task_status", "args": {}}, stop(busy)]]
     parent.save(update_fields=["script"])

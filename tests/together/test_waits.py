@@ -16,11 +16,13 @@ from chats.runtime.turns import (
     turn_end,
     turn_start,
 )
-from chats.taint import taint_raise
+from chats.taint import Cause, taint_raise
 from tests.factories import ChatFactory
 from tests.together.conftest import look, message, wait_chat
 from together import waits
 from together.models import Wait, WaitState
+
+STRANGER = Cause.stranger(channel="telegram", sender="mallory")
 
 
 def result(chat, tool="wait_for"):
@@ -176,7 +178,7 @@ def test_a_waiter_that_took_in_someone_elses_words_hears_only_how_it_ended(live)
     waiter = ChatFactory(title="Waiter", script=[[wait_chat(target)], [look()]])
     live.start(waiter)
     live.step(waiter, 2)
-    taint_raise(conversation=waiter, taint=Taint.PERSON)
+    taint_raise(conversation=waiter, taint=Taint.PERSON, cause=STRANGER)
     drain()
     words = first_words(woken_turn(waiter))
     assert (
@@ -458,7 +460,11 @@ def test_a_chat_someone_elses_words_came_into_since_the_wait_began_reaches_the_w
     live.start(waiter)
     live.step(waiter, 2)
     # Someone else's words come into the chat waited for (as through a chat app's group).
-    taint_raise(conversation=target, taint=Taint.PERSON, why="someone else's words")
+    taint_raise(
+        conversation=target,
+        taint=Taint.PERSON,
+        cause=Cause.stranger(channel="telegram", sender="mallory"),
+    )
     drain()
     words = first_words(woken_turn(waiter))
     assert words == (
@@ -479,7 +485,11 @@ def test_the_wait_ends_as_soon_as_the_chat_is_no_longer_yours(live):
     waiter = ChatFactory(title="Waiter", script=[[wait_chat(target)], [look()]])
     live.start(waiter)
     live.step(waiter, 2)
-    taint_raise(conversation=target, taint=Taint.PERSON, why="someone else's words")
+    taint_raise(
+        conversation=target,
+        taint=Taint.PERSON,
+        cause=Cause.stranger(channel="telegram", sender="mallory"),
+    )
     waits.sweep()  # the look every 30 seconds: the target still works, but isn't yours
     assert Wait.objects.get().state == WaitState.WOKEN
     assert Turn.objects.get(conversation=target).state == TurnState.RUNNING

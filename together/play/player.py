@@ -31,11 +31,12 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from chats import events
-from chats.models import Conversation, FolderRoot, counted_ids
+from chats.models import Conversation, FolderRoot, TaintCause, counted_ids
 from chats.runtime.chats import conversation_create, default_agent
 from chats.runtime.runner import drive_one_action, runnable_by_chat
 from chats.runtime.turns import message_send, tasks_make_room
 from chats.signin import owner_ensure
+from chats.taint import Cause
 from conch.sqlite3.base import make_private_file
 from together.play.actions import (
     PlayRunner,
@@ -298,6 +299,7 @@ def scenario_play(scenario: Scenario, *, root: Path) -> dict:
                         inbound=spec.inbound or "",
                         script=spec.script,
                         taint=spec.taint,
+                        taint_cause=Cause(TaintCause.SETUP),
                         public_id=spec.public_id,
                     )
                 )
