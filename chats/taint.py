@@ -47,8 +47,10 @@ class Cause:
         return cls(TaintCause.MESSAGE, source=source, turn=turn, detail={"message": message_id})
 
     @classmethod
-    def wait(cls, source: Conversation, *, turn: Turn | None = None) -> Cause:
-        return cls(TaintCause.WAIT, source=source, turn=turn)
+    def wait(
+        cls, source: Conversation, *, turn: Turn | None = None, step: int | None = None
+    ) -> Cause:
+        return cls(TaintCause.WAIT, source=source, turn=turn, step_id=step)
 
     @classmethod
     def task(
@@ -76,8 +78,13 @@ class Cause:
         return cls(TaintCause.ROUTINE, source=source, detail={"routine": routine_id, "name": name})
 
     @classmethod
-    def stranger(cls, *, channel: str, sender: str) -> Cause:
-        return cls(TaintCause.STRANGER, detail={"channel": channel, "sender": sender})
+    def stranger(cls, *, channel: str, sender: str, message_id: str = "") -> Cause:
+        """Someone else's words: the chat app, who wrote them, and that app's id of the
+        message that carried them in (the chat's own transcript holds its words)."""
+        detail = {"channel": channel, "sender": sender}
+        if message_id:
+            detail["message"] = message_id
+        return cls(TaintCause.STRANGER, detail=detail)
 
     @classmethod
     def imported(cls, *, archive: str, claimed: str = "") -> Cause:

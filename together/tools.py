@@ -98,7 +98,11 @@ def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     def begin() -> ToolResult:
         try:
             answer = wait_for(
-                waiter=ctx.conversation, turn=ctx.turn, kind=args["kind"], target_id=args["id"]
+                waiter=ctx.conversation,
+                turn=ctx.turn,
+                kind=args["kind"],
+                target_id=args["id"],
+                step_id=ctx.step_id,
             )
         except ConchError as exc:
             raise ToolError(str(exc)) from None

@@ -133,7 +133,9 @@ class WaitAnswer:
     wait: Wait | None = None
 
 
-def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
+def wait_for(
+    *, waiter: Conversation, turn: Turn, kind: str, target_id: str, step_id: int | None = None
+) -> WaitAnswer:
     """Wait for a chat of yours or a task of this chat's. Two waits for the same id are one.
 
     One transaction, holding the waiter's lock and then its owner's: the waits one
@@ -144,7 +146,9 @@ def wait_for(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> 
     with transaction.atomic():
         waiter = Conversation.objects.lock(waiter.pk)
         get_user_model().objects.select_for_update().filter(pk=waiter.owner_id).exists()
-        answer = _wait_begin(waiter=waiter, turn=turn, kind=kind, target_id=target_id)
+        answer = _wait_begin(
+            waiter=waiter, turn=turn, kind=kind, target_id=target_id, step_id=step_id
+        )
         if answer.wait is not None:
             # The target may have finished between the look and this commit: look again after it.
             wait_pk = answer.wait.pk
@@ -162,8 +166,11 @@ def _look_again(wait_pk: int) -> None:
         wake(wait=wait)
 
 
-def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) -> WaitAnswer:
-    """Precondition: inside ``wait_for``'s transaction, holding its locks."""
+def _wait_begin(
+    *, waiter: Conversation, turn: Turn, kind: str, target_id: str, step_id: int | None
+) -> WaitAnswer:
+    """Precondition: inside ``wait_for``'s transaction, holding its locks. A target done
+    already is answered at once, by this reply's step: the timeline names that step."""
     if kind == WaitKind.CHAT:
         target = _find_chat(waiter, target_id)
         title, public_id = target.title, target.public_id
@@ -172,7 +179,10 @@ def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) 
             raise ConchError(_cycle_refusal(target, cycle))
         if not chat_still_working(target):
             return WaitAnswer(
-                _chat_outcome_text(waiter, target, bare=False, taint_first=True), let_go=False
+                _chat_outcome_text(
+                    waiter, target, bare=False, taint_first=True, turn=turn, step=step_id
+                ),
+                let_go=False,
             )
         fields: dict[str, Any] = {"target_chat": target}
     elif kind == WaitKind.TASK:
@@ -184,7 +194,10 @@ def _wait_begin(*, waiter: Conversation, turn: Turn, kind: str, target_id: str) 
         title, public_id = task.title, task.public_id
         if not task_still_going(task):
             return WaitAnswer(
-                _task_outcome_text(waiter, task, bare=False, taint_first=True), let_go=False
+                _task_outcome_text(
+                    waiter, task, bare=False, taint_first=True, turn=turn, step=step_id
+                ),
+                let_go=False,
             )
         fields = {"target_task": task}
     else:
@@ -332,7 +345,13 @@ def how_it_ended(target: Conversation) -> Said:
 
 
 def _chat_outcome_text(
-    waiter: Conversation, target: Conversation, *, bare: bool, taint_first: bool
+    waiter: Conversation,
+    target: Conversation,
+    *,
+    bare: bool,
+    taint_first: bool,
+    turn: Turn | None = None,
+    step: int | None = None,
 ) -> str:
     ended = how_it_ended(target)
     lines = [
@@ -356,7 +375,7 @@ def _chat_outcome_text(
             )
         )
     if taint_first:
-        _carry_taint(waiter, target, Cause.wait(target))
+        _carry_taint(waiter, target, Cause.wait(target, turn=turn, step=step))
     if not bare:
         reply = last_reply_of(target)
         if reply:
@@ -371,7 +390,15 @@ def _chat_outcome_text(
     return "\n".join(lines)
 
 
-def _task_outcome_text(waiter: Conversation, task: Task, *, bare: bool, taint_first: bool) -> str:
+def _task_outcome_text(
+    waiter: Conversation,
+    task: Task,
+    *,
+    bare: bool,
+    taint_first: bool,
+    turn: Turn | None = None,
+    step: int | None = None,
+) -> str:
     ended = TASK_ENDED_WORDS.get(TaskState(task.state), plain(task.get_state_display()))
     lines = [
         conch_note(
@@ -382,7 +409,9 @@ def _task_outcome_text(waiter: Conversation, task: Task, *, bare: bool, taint_fi
         )
     ]
     if taint_first and task.chat is not None:
-        _carry_taint(waiter, task.chat, Cause.task(task.chat, task_id=task.public_id))
+        _carry_taint(
+            waiter, task.chat, Cause.task(task.chat, task_id=task.public_id, turn=turn, step=step)
+        )
     if not bare:
         words = task.result if task.state == TaskState.DONE else (task.reason or task.result)
         if words:

@@ -588,7 +588,9 @@ def _take_in(
             "origin_fields": fields,
             "origin": origin,
             "taint": Taint.PERSON if others else Taint.NONE,
-            "taint_cause": Cause.stranger(channel=inbound.channel, sender=inbound.peer),
+            "taint_cause": Cause.stranger(
+                channel=inbound.channel, sender=inbound.peer, message_id=inbound.message_id
+            ),
             # Someone else's words never run a write without the owner's OK.
             "mode": Mode.ASK if others else Mode.AUTO,
             "previous": previous,
@@ -610,7 +612,10 @@ def _take_in(
         # Someone else's words just joined a chat of yours (dmScope shared): from now
         # on a write waits for your OK, as in any chat with someone else's words.
         chat = someone_elses_words_came(
-            conversation=chat, who=inbound.peer, channel=inbound.channel
+            conversation=chat,
+            who=inbound.peer,
+            channel=inbound.channel,
+            message_id=inbound.message_id,
         )
 
     text = command[1] if command is not None else inbound.text

@@ -195,7 +195,7 @@ def conversation_set_mode(*, conversation: Conversation, mode: str) -> Conversat
 
 
 def someone_elses_words_came(
-    *, conversation: Conversation, who: str, channel: str = ""
+    *, conversation: Conversation, who: str, channel: str = "", message_id: str = ""
 ) -> Conversation:
     """Someone else's words came into this chat (a chat app's group, a shared DM): it is
     no longer only the person's (taint ``person``), and from now on a write waits for the
@@ -203,7 +203,7 @@ def someone_elses_words_came(
     raised = taint_raise(
         conversation=conversation,
         taint=Taint.PERSON,
-        cause=Cause.stranger(channel=channel, sender=who),
+        cause=Cause.stranger(channel=channel, sender=who, message_id=message_id),
     )
     if raised and conversation.mode == Mode.AUTO:
         conversation = conversation_set_mode(conversation=conversation, mode=Mode.ASK)

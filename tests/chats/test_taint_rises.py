@@ -1,0 +1,331 @@
+"""The trust timeline's record: every rise of a chat's taint is written down where it
+happens (``chats.taint.taint_raise``), with its cause, in the rise's transaction.
+
+Each cause here is made to happen as it does for the person: a page read with
+fetch_page from a server on loopback, a task's result read with task_status, a
+task started by a chat that was careful. The causes of the gateway's doors are in
+tests/gateway/test_taint_rises.py, and those of chats working together in
+tests/together/test_taint_rises.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chats import events
+from chats.models import Conversation, Step, Taint, TaintCause, TaintRise, Task
+from chats.runtime.runner import drain
+from chats.runtime.turns import message_send
+from chats.taint import Cause, taint_raise
+from tests.chats.test_fetch_page import Site
+from tests.factories import ChatFactory
+
+PAGE = "<html><head><title>Release notes</title></head><body><p>Sync is faster.</p></body></html>"
+
+
+@pytest.fixture
+def site():
+    served = Site()
+    served.thread.start()
+    served.page("/notes", PAGE)
+    yield served
+    served.release.set()
+    served.server.shutdown()
+    served.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def allow_loopback(settings):
+    settings.CONCH_FETCH_ALLOW_PRIVATE = True
+
+
+def fetch(url: str) -> dict:
+    return {"tool": "fetch_page", "args": {"url": url}}
+
+
+def say(words: str) -> dict:
+    return {"say": words}
+
+
+def rises(chat: Conversation) -> list[TaintRise]:
+    return list(TaintRise.objects.filter(conversation=chat).order_by("at", "id"))
+
+
+def shape(rise: TaintRise) -> dict:
+    """A rise as the timeline reads it: every field but its id and its time."""
+    return {
+        "before": rise.before,
+        "after": rise.after,
+        "cause": rise.cause,
+        "url": rise.url,
+        "path": rise.path,
+        "source": rise.source_id,
+        "source_taint": rise.source_taint,
+        "source_rise": rise.source_rise_id,
+        "turn": rise.turn_id,
+        "step": rise.step_id,
+        "detail": rise.detail,
+    }
+
+
+def step_of(chat: Conversation, tool: str) -> Step:
+    return Step.objects.filter(turn__conversation=chat, tool=tool).order_by(
+        "turn__number", "number"
+    )[0]
+
+
+# ---------------------------------------------------------------------------
+# Each cause, made to happen
+
+
+def test_a_page_read_is_written_down_with_its_address_its_reply_and_its_step(
+    owner, agent, site, django_capture_on_commit_callbacks, published
+):
+    url = site.url("/notes")
+    chat = ChatFactory(owner=owner, title="Read the notes", script=[[fetch(url), say("Read.")]])
+    with django_capture_on_commit_callbacks(execute=True):
+        message_send(conversation=chat, text="read the release notes")
+        drain()
+
+    (rise,) = rises(chat)
+    step = step_of(chat, "fetch_page")
+    assert shape(rise) == {
+        "before": Taint.NONE,
+        "after": Taint.UNTRUSTED,
+        "cause": TaintCause.PAGE,
+        "url": url,
+        "path": "",
+        "source": None,
+        "source_taint": "",
+        "source_rise": None,
+        "turn": step.turn_id,
+        "step": step.pk,
+        "detail": {},
+    }
+    # The chat's page hears why in Conch's words: the cause's kind, never the address.
+    (raised,) = [e for e in published if e.data.get("taint") == Taint.UNTRUSTED]
+    assert raised.data["why"] == "read a web page"
+
+
+def test_a_second_page_in_a_careful_chat_writes_nothing_more(owner, agent, site):
+    url = site.url("/notes")
+    chat = ChatFactory(
+        owner=owner,
+        title="Read twice",
+        script=[[fetch(url), fetch(site.url("/notes?again")), say("ok")]],
+    )
+    message_send(conversation=chat, text="read it twice")
+    drain()
+    assert len(site.requests) == 2  # both pages were read
+    (rise,) = rises(chat)  # the first made it careful; the second raised nothing
+    assert rise.url == url
+
+
+def test_a_tasks_result_read_with_task_status_names_the_task_and_why_it_was_careful(
+    owner, agent, site
+):
+    url = site.url("/notes")
+    chat = ChatFactory(
+        owner=owner,
+        title="Release",
+        script=[
+            [
+                {
+                    "tool": "start_background_task",
+                    "args": {"title": "Read the notes", "script": [[fetch(url), say("Faster.")]]},
+                }
+            ],
+            [{"tool": "task_status", "args": {}}],
+        ],
+    )
+    message_send(conversation=chat, text="read the notes in a task")
+    drain()
+    task = Task.objects.get(parent=chat)
+    assert rises(chat) == []  # the task read the page, not this chat
+    message_send(conversation=chat, text="how did it go?")
+    drain()
+
+    (task_rise,) = rises(task.chat)
+    (rise,) = rises(chat)
+    step = step_of(chat, "task_status")
+    assert shape(rise) == {
+        "before": Taint.NONE,
+        "after": Taint.UNTRUSTED,
+        "cause": TaintCause.TASK,
+        "url": "",
+        "path": "",
+        "source": task.chat_id,
+        "source_taint": Taint.UNTRUSTED,
+        "source_rise": task_rise.pk,  # the task's own rise: it read the page
+        "turn": step.turn_id,
+        "step": step.pk,
+        "detail": {"task": task.public_id},
+    }
+    assert (task_rise.cause, task_rise.url) == (TaintCause.PAGE, url)
+
+
+def test_a_task_started_by_a_careful_chat_is_careful_from_its_start_and_says_whose(
+    owner, agent, site
+):
+    url = site.url("/notes")
+    chat = ChatFactory(
+        owner=owner,
+        title="Release",
+        script=[
+            [
+                fetch(url),
+                {
+                    "tool": "start_background_task",
+                    "args": {"title": "Go on", "script": [[say("ok")]]},
+                },
+            ]
+        ],
+    )
+    message_send(conversation=chat, text="read, then hand it on")
+    drain()
+
+    (page_rise,) = rises(chat)
+    task = Task.objects.get(parent=chat)
+    (rise,) = rises(task.chat)
+    assert shape(rise) == {
+        "before": Taint.NONE,
+        "after": Taint.UNTRUSTED,
+        "cause": TaintCause.PARENT,
+        "url": "",
+        "path": "",
+        "source": chat.pk,
+        "source_taint": Taint.UNTRUSTED,
+        "source_rise": page_rise.pk,
+        "turn": None,
+        "step": None,
+        "detail": {},
+    }
+    assert rise.at <= Task.objects.get(pk=task.pk).created_at  # written as it was made
+
+
+def test_a_task_of_a_chat_that_is_not_careful_has_no_timeline(owner, agent):
+    chat = ChatFactory(
+        owner=owner,
+        title="Release",
+        script=[
+            [{"tool": "start_background_task", "args": {"title": "Go on", "script": [[say("ok")]]}}]
+        ],
+    )
+    message_send(conversation=chat, text="hand it on")
+    drain()
+    assert not TaintRise.objects.exists()
+
+
+# ---------------------------------------------------------------------------
+# The rules of the record
+
+
+def test_a_chat_made_careful_without_its_cause_is_refused(owner, agent):
+    from chats.runtime.chats import conversation_create
+
+    with pytest.raises(ValueError, match="needs the cause"):
+        conversation_create(owner=owner, agent=agent, title="Careful", taint=Taint.UNTRUSTED)
+    assert not Conversation.objects.filter(title="Careful").exists()
+
+
+def test_a_rise_is_never_changed(owner, agent):
+    chat = ChatFactory(owner=owner, title="Read")
+    taint_raise(conversation=chat, taint=Taint.UNTRUSTED, cause=Cause.page("https://example.com/a"))
+    (rise,) = rises(chat)
+    rise.url = "https://example.com/something-else"
+    with pytest.raises(TypeError, match="append-only"):
+        rise.save()
+    with pytest.raises(TypeError, match="append-only"):
+        TaintRise.objects.filter(pk=rise.pk).update(url="https://example.com/b")
+    with pytest.raises(TypeError, match="append-only"):
+        chat.taint_rises.update(after=Taint.NONE)
+    assert TaintRise.objects.get(pk=rise.pk).url == "https://example.com/a"
+
+
+def test_taint_never_falls_and_a_rise_that_does_not_happen_writes_nothing(owner, agent):
+    chat = ChatFactory(owner=owner, title="Group")
+    stranger = Cause.stranger(channel="telegram", sender="mallory")
+    assert taint_raise(conversation=chat, taint=Taint.PERSON, cause=stranger)
+    for level in (Taint.PERSON, Taint.UNTRUSTED, Taint.NONE):
+        assert not taint_raise(conversation=chat, taint=level, cause=Cause.page("https://x.test/"))
+    assert Conversation.objects.get(pk=chat.pk).taint == Taint.PERSON
+    assert [(r.before, r.after, r.cause) for r in rises(chat)] == [
+        (Taint.NONE, Taint.PERSON, TaintCause.STRANGER)
+    ]
+
+
+def test_a_copy_of_the_chat_read_before_another_raised_it_writes_nothing(owner, agent):
+    """Two raisers at once: the second holds a copy read before the first raised the chat.
+    It looks again under the chat's row lock, and neither lowers the taint nor writes a
+    rise that never happened."""
+    chat = ChatFactory(owner=owner, title="Read")
+    stale = Conversation.objects.get(pk=chat.pk)
+    taint_raise(
+        conversation=chat, taint=Taint.PERSON, cause=Cause.stranger(channel="t", sender="m")
+    )
+
+    assert not taint_raise(
+        conversation=stale, taint=Taint.UNTRUSTED, cause=Cause.page("https://x.test/")
+    )
+    assert stale.taint == Taint.PERSON  # the copy learns what the chat is now
+    assert Conversation.objects.get(pk=chat.pk).taint == Taint.PERSON
+    assert [r.cause for r in rises(chat)] == [TaintCause.STRANGER]
+
+
+def test_each_rise_carries_on_from_where_the_one_before_it_ended(owner, agent):
+    chat = ChatFactory(owner=owner, title="Read, then a group")
+    taint_raise(conversation=chat, taint=Taint.UNTRUSTED, cause=Cause.page("https://x.test/"))
+    taint_raise(
+        conversation=chat, taint=Taint.PERSON, cause=Cause.stranger(channel="t", sender="m")
+    )
+    assert [(r.before, r.after) for r in rises(chat)] == [
+        (Taint.NONE, Taint.UNTRUSTED),
+        (Taint.UNTRUSTED, Taint.PERSON),
+    ]
+
+
+def test_the_rise_and_its_record_are_one_transaction(owner, agent, monkeypatch):
+    """A record that can't be written takes the rise back with it: never a rise without its cause."""
+    from chats import taint as taint_module
+
+    chat = ChatFactory(owner=owner, title="Read")
+
+    def broken(**kwargs):
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(taint_module, "taint_rise_record", broken)
+    with pytest.raises(RuntimeError):
+        taint_raise(conversation=chat, taint=Taint.UNTRUSTED, cause=Cause.page("https://x.test/"))
+    assert Conversation.objects.get(pk=chat.pk).taint == Taint.NONE
+
+
+def test_a_rise_goes_with_its_chat_and_a_source_chat_deleted_leaves_the_rise(owner, agent):
+    source = ChatFactory(owner=owner, title="Read the page")
+    taint_raise(conversation=source, taint=Taint.UNTRUSTED, cause=Cause.page("https://x.test/"))
+    reader = ChatFactory(owner=owner, title="Reader")
+    taint_raise(
+        conversation=reader,
+        taint=Taint.UNTRUSTED,
+        cause=Cause.message(source, message_id="m_1"),
+    )
+    source.delete()
+    (rise,) = rises(reader)
+    assert (rise.source_id, rise.source_rise_id, rise.source_taint) == (
+        None,
+        None,
+        Taint.UNTRUSTED,  # what it was then stays: "a chat that is gone" was careful
+    )
+    reader.delete()
+    assert not TaintRise.objects.exists()
+
+
+def test_the_event_of_a_rise_goes_to_the_chats_owner_only(
+    owner, second_owner, agent, django_capture_on_commit_callbacks, published
+):
+    chat = ChatFactory(owner=owner, title="Read")
+    with django_capture_on_commit_callbacks(execute=True):
+        taint_raise(conversation=chat, taint=Taint.UNTRUSTED, cause=Cause.page("https://x.test/"))
+    raised = [e for e in published if "taint" in e.data]
+    assert [(e.type, e.owner_id, e.conversation_id) for e in raised] == [
+        (events.CONVERSATION_UPDATED, owner.pk, chat.public_id)
+    ]
