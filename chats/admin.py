@@ -13,6 +13,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.forms.utils import pretty_name
+from django.urls import reverse
+from django.utils.html import format_html
 
 from chats.engines import engine_names
 from chats.forms import WriteOnlySecretMixin
@@ -27,6 +29,7 @@ from chats.models import (
     SignInToken,
     Step,
     Taint,
+    TaintRise,
     Task,
     Turn,
 )
@@ -436,6 +439,46 @@ class StepInline(ReadOnlyInline):
     ordering = ["number"]
 
 
+class TaintRiseInline(ReadOnlyInline):
+    """The chat's trust timeline: each rise of its taint and why, as it was written down.
+    Append-only, so nothing here adds, changes or deletes one; the chat it came from is a
+    link to that chat's own page, where its own timeline says why it was careful."""
+
+    model = TaintRise
+    fk_name = "conversation"
+    verbose_name = "rise of its taint"
+    verbose_name_plural = "trust timeline"
+    fields = readonly_fields = (
+        "at",
+        "before",
+        "after",
+        "cause",
+        "url",
+        "path",
+        "source_chat",
+        "source_taint",
+        "source_rise",
+        "turn",
+        "step",
+        "detail",
+    )
+    ordering = ["at", "id"]
+    show_change_link = False  # a rise has no page of its own: this is all of it
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("source", "turn", "step")
+
+    @admin.display(description="came from")
+    def source_chat(self, rise: TaintRise) -> str:
+        if rise.source is None:
+            return "a chat that is gone" if rise.source_taint else "-"
+        url = reverse("admin:chats_conversation_change", args=[rise.source.pk])
+        return format_html('<a href="{}">{}</a>', url, rise.source)
+
+
 @admin.register(Conversation)
 class ConversationAdmin(admin.ModelAdmin):
     list_display = [
@@ -464,7 +507,7 @@ class ConversationAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     list_select_related = ["owner", "agent"]
-    inlines = [TurnInline, EntryInline]
+    inlines = [TaintRiseInline, TurnInline, EntryInline]
     date_hierarchy = "last_interaction_at"
 
 

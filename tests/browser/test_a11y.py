@@ -16,9 +16,10 @@ from django.test import RequestFactory
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from chats.models import AuthProfile, Mode
+from chats.models import AuthProfile, Mode, Taint
 from chats.runtime.chats import conversation_archive
 from chats.runtime.turns import message_send
+from chats.taint import Cause, taint_raise
 from tests.browser.a11y import axe_violations
 from tests.browser.test_together import held_pair, message_card
 from tests.browser.test_workspace import STEP, open_chat, row
@@ -331,6 +332,12 @@ def test_each_admin_page_has_no_accessibility_violations_at_any_size_or_scheme(
 ):
     chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login")
     message_send(conversation=chat, text="Run the tests")  # a turn and its entries
+    # Its trust timeline: a rise that came from another chat, which read a page.
+    notes = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Release notes")
+    taint_raise(conversation=notes, taint=Taint.UNTRUSTED, cause=Cause.page("https://x.test/"))
+    taint_raise(
+        conversation=chat, taint=Taint.UNTRUSTED, cause=Cause.message(notes, message_id="m_1")
+    )
     AuthProfile.objects.create(agent=agent, name="openai", secret="sk-live-abcdefghijkl1234")
     model = apps.get_model(label)
     model_admin = admin.site._registry[model]
