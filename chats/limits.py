@@ -88,6 +88,10 @@ class Limits:
     telegram_message_chars: int = 4_096  # the Bot API's own bound on sendMessage
     playground_bindings: int = 60
     playground_log_messages: int = 40
+    # An archive's word on a session's trust timeline, kept by conch_import as its claims:
+    # so many rises, each detail so many keys, each of its words cut at name_chars.
+    import_claims_rows: int = 20
+    import_claim_detail_keys: int = 8
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,20 @@ class Cause:
         return cls(TaintCause.STRANGER, detail=detail)
 
     @classmethod
-    def imported(cls, *, archive: str, claimed: str = "") -> Cause:
-        return cls(TaintCause.IMPORT, detail={"archive": archive, "claimed": claimed})
+    def imported(
+        cls,
+        *,
+        archive: str,
+        claimed: str = "",
+        claims: list[dict[str, Any]] | None = None,
+        claims_left_out: int = 0,
+    ) -> Cause:
+        """An archive's sessions imported: the taint it claimed, and the timeline it claimed,
+        as it states it (``chats.gateway.interop.timeline_claims``), never as the record."""
+        detail: dict[str, Any] = {"archive": archive, "claimed": claimed, "claims": claims or []}
+        if claims_left_out:
+            detail["claims_left_out"] = claims_left_out
+        return cls(TaintCause.IMPORT, detail=detail)
 
     @classmethod
     def mcp(

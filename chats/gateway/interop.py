@@ -16,13 +16,24 @@ chats (no key) as ``conch:<sessionId>``. Every entry names its own
 Both directions stream: a transcript is written and read line by line, and
 entries are inserted in batches.
 
+Each session's trust timeline (every rise of its taint and why, ``TaintRise``)
+is written beside its transcript, in its index entry as ``trustTimeline``: one
+object per rise with the time (``at``, epoch milliseconds), ``before``,
+``after``, ``cause``, the ``url`` or ``path`` the chat used, the session it came
+from (``sourceSessionId``) and that one's taint then (``sourceTaint``), the
+reply's and step's numbers (``turn``, ``step``) and the rest of the cause
+(``detail``).
+
 An archive brings no trust of its own. Its mode, taint and folder are its
 say-so, and it may have been written by anyone: an imported chat starts in
 Ask mode, tainted at least ``untrusted`` (more if the archive says so), in a
 folder that exists and that the person confirmed or gave, and its lines in
-Conch's voice come back with Conch's frame written otherwise. So the import is
-two steps: :func:`sessions_plan` reads and checks everything, writing
-nothing, and :func:`sessions_import` writes what was shown.
+Conch's voice come back with Conch's frame written otherwise. Its timeline is
+kept as what it is, the archive's claims (:func:`timeline_claims`): checked,
+scrubbed and bounded, written down in the import's own rise, and never able
+to lower anything. So the import is two steps: :func:`sessions_plan` reads and
+checks everything, writing nothing, and :func:`sessions_import` writes what
+was shown.
 """
 
 from __future__ import annotations
@@ -38,6 +49,7 @@ from typing import IO, Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Prefetch
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -54,8 +66,10 @@ from chats.models import (
     Mode,
     Origin,
     Taint,
+    TaintCause,
+    TaintRise,
 )
-from chats.quoting import not_as_conch
+from chats.quoting import not_as_conch, scrub_secrets
 from chats.taint import Cause, taint_raise
 from chats.tools.beneath import open_beneath, open_folder
 
@@ -154,15 +168,34 @@ def _entry_line(entry: Entry) -> dict[str, Any]:
     }
 
 
+def _rise_item(rise: TaintRise) -> dict[str, Any]:
+    """One rise of a chat's taint as the archive carries it."""
+    return {
+        "at": _ms(rise.at),
+        "before": rise.before,
+        "after": rise.after,
+        "cause": rise.cause,
+        "url": rise.url,
+        "path": rise.path,
+        "sourceSessionId": rise.source.public_id if rise.source else None,
+        "sourceTaint": rise.source_taint,
+        "turn": rise.turn.number if rise.turn else None,
+        "step": rise.step.number if rise.step else None,
+        "detail": rise.detail,
+    }
+
+
 def sessions_export(*, root: Path, agents: list[Agent] | None = None) -> ExportReport:
     report = ExportReport()
     for agent in agents if agents is not None else Agent.objects.order_by("slug"):
         folder = root / "agents" / agent.slug / "sessions"
         folder.mkdir(parents=True, exist_ok=True)
         index: dict[str, Any] = {}
+        rises = TaintRise.objects.select_related("source", "turn", "step").order_by("at", "pk")
         chats = (
             Conversation.objects.filter(agent=agent)
             .select_related("gateway", "gateway__previous")
+            .prefetch_related(Prefetch("taint_rises", queryset=rises))
             .order_by("session_started_at", "pk")
         )
         for chat in chats.iterator(chunk_size=500):
@@ -201,6 +234,7 @@ def sessions_export(*, root: Path, agents: list[Agent] | None = None) -> ExportR
                 "mode": chat.mode,
                 "folder": chat.folder,
                 "entries": count,
+                "trustTimeline": [_rise_item(rise) for rise in chat.taint_rises.all()],
             }
             origin = getattr(chat, "gateway", None)
             if origin is not None:
@@ -463,6 +497,7 @@ def _check_item(where: str, index_path: Path, item: dict[str, Any]) -> None:
     ):
         if item.get(name, default) not in choices:
             raise InteropError(f"{where}: {name} must be one of {', '.join(choices)}.")
+    timeline_claims(where, item.get(TIMELINE))
 
 
 def sessions_plan(*, root: Path, folder: Path | None = None) -> ImportPlan:
@@ -553,15 +588,119 @@ def _transcript_check(path: Transcript) -> None:
         pass
 
 
-def _imported_taint(claimed: str | None) -> str:
+def _imported_taint(claimed: str | None, claims: Claims) -> str:
     """At least ``untrusted``: the transcript was read from a file, and a file can say anything.
 
     An archive can't be told from one someone edited, and its assistant and
     tool lines are read back by the model as the chat's own history. So it is
-    what reading something from outside makes a chat, or more if it says so.
+    what reading something from outside makes a chat, or more if it says so:
+    in its ``taint``, or in any rise its timeline claims. A claim only ever adds care.
     """
-    claimed = claimed or Taint.NONE
-    return max((Taint(claimed), Taint.UNTRUSTED), key=TAINT_ORDER.__getitem__)
+    levels = [Taint(claimed or Taint.NONE), Taint.UNTRUSTED]
+    levels += [Taint(rise["after"]) for rise in claims.rises]
+    return max(levels, key=TAINT_ORDER.__getitem__)
+
+
+# ---------------------------------------------------------------------------
+# An archive's trust timeline: claims, never the record
+
+
+TIMELINE = "trustTimeline"
+ERR_TIMELINE_SHAPE = f"{{where}}: {TIMELINE} must be a list of rises."
+ERR_RISE_SHAPE = "{where}: each rise must be an object."
+ERR_RISE_CHOICE = "{where}: {name} must be one of {choices}."
+ERR_RISE_TEXT = "{where}: must be text or null."
+ERR_RISE_NUMBER = "{where}: must be a whole number from 1, or null."
+ERR_RISE_DETAIL = "{where}: must be an object or null."
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What an archive says a session's timeline held: its rises as it states them
+    (checked, scrubbed, cut), and how many more it listed past the bound."""
+
+    rises: list[dict[str, Any]] = field(default_factory=list)
+    left_out: int = 0
+
+
+def timeline_claims(where: str, value: Any) -> Claims:
+    """An archive's ``trustTimeline`` as claims. Raises :class:`InteropError` naming the
+    rise and field at fault: levels and causes must be Conch's own, times times, numbers
+    numbers. Words (a URL, a path, a session's id, a detail's values) are scrubbed of
+    anything shaped like a secret and cut; only the first ``import_claims_rows`` rises are
+    read at all, the rest counted. Nothing here is ever linked to a chat of this Conch."""
+    if value is None:
+        return Claims()
+    if not isinstance(value, list):
+        raise InteropError(ERR_TIMELINE_SHAPE.format(where=where))
+    kept = [
+        _claim(f"{where} {TIMELINE}[{n}]", rise)
+        for n, rise in enumerate(value[: LIMITS.import_claims_rows])
+    ]
+    return Claims(kept, left_out=max(0, len(value) - LIMITS.import_claims_rows))
+
+
+def _claim(where: str, rise: Any) -> dict[str, Any]:
+    if not isinstance(rise, dict):
+        raise InteropError(ERR_RISE_SHAPE.format(where=where))
+    for name, choices in (
+        ("before", Taint.values),
+        ("after", Taint.values),
+        ("cause", TaintCause.values),
+        ("sourceTaint", ["", *Taint.values]),
+    ):
+        if rise.get(name, "" if name == "sourceTaint" else None) not in choices:
+            raise InteropError(
+                ERR_RISE_CHOICE.format(where=where, name=name, choices=", ".join(choices))
+            )
+    at = rise.get("at")
+    return {
+        "at": None if at is None else _when(at, f"{where} at").isoformat(),
+        "before": rise["before"],
+        "after": rise["after"],
+        "cause": rise["cause"],
+        "url": _claimed_words(rise.get("url"), f"{where} url", LIMITS.url_chars),
+        "path": _claimed_words(rise.get("path"), f"{where} path", LIMITS.url_chars),
+        "source_session": _claimed_words(
+            rise.get("sourceSessionId"), f"{where} sourceSessionId", LIMITS.id_chars
+        ),
+        "source_taint": rise.get("sourceTaint", ""),
+        "turn": _claimed_number(rise.get("turn"), f"{where} turn"),
+        "step": _claimed_number(rise.get("step"), f"{where} step"),
+        "detail": _claimed_detail(rise.get("detail"), f"{where} detail"),
+    }
+
+
+def _claimed_words(value: Any, where: str, limit: int) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InteropError(ERR_RISE_TEXT.format(where=where))
+    return scrub_secrets(value)[:limit]
+
+
+def _claimed_number(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InteropError(ERR_RISE_NUMBER.format(where=where))
+    return value
+
+
+def _claimed_detail(value: Any, where: str) -> dict[str, Any]:
+    """A rise's detail as claimed: its first keys, each value a scalar or its JSON, scrubbed and cut."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InteropError(ERR_RISE_DETAIL.format(where=where))
+    kept: dict[str, Any] = {}
+    for key, item in list(value.items())[: LIMITS.import_claim_detail_keys]:
+        if item is None or isinstance(item, bool | int | float):
+            kept[key[: LIMITS.name_chars]] = item
+            continue
+        words = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+        kept[key[: LIMITS.name_chars]] = scrub_secrets(words)[: LIMITS.name_chars]
+    return kept
 
 
 def sessions_import(*, plan: ImportPlan, owner) -> ImportReport:
@@ -620,13 +759,17 @@ def _import_one(
         )
         # The archive's word is no grant: see _imported_taint, and Ask until the person
         # chooses otherwise for this chat. Through the one door, so the timeline says why.
+        # Its timeline, as the archive states it, is kept in that rise as claims.
         claimed = item.get("taint")
+        claims = timeline_claims(where, item.get(TIMELINE))
         taint_raise(
             conversation=chat,
-            taint=_imported_taint(claimed),
+            taint=_imported_taint(claimed, claims),
             cause=Cause.imported(
                 archive=str(planned.index_path),
                 claimed=claimed if claimed in Taint.values else "",
+                claims=claims.rises,
+                claims_left_out=claims.left_out,
             ),
         )
         if item.get("chatType"):

@@ -481,3 +481,265 @@ def test_a_link_in_the_archive_to_a_file_outside_it_is_refused(owner, agent, tmp
     with pytest.raises(CommandError, match="outside the archive"):
         run_import(root, "--yes")
     assert _nothing_imported()
+
+
+# ---------------------------------------------------------------------------
+# The trust timeline: written beside the transcript, read back as the archive's claims
+
+SECRET_TOKEN = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+
+
+@pytest.fixture
+def careful_chats(owner, agent, workspace):
+    """'Release notes' read a page at its first reply's first step; 'Changelog' took in its
+    message; 'Tidy up' read nothing from outside."""
+    from chats.taint import Cause, taint_raise
+    from tests.factories import StepFactory, TurnFactory
+
+    notes = ChatFactory(owner=owner, title="Release notes", folder=str(workspace))
+    step = StepFactory(turn=TurnFactory(conversation=notes), tool="fetch_page")
+    taint_raise(
+        conversation=notes,
+        taint=Taint.UNTRUSTED,
+        cause=Cause.page("https://example.com/2.4", turn=step.turn, step=step.pk),
+    )
+    changelog = ChatFactory(owner=owner, title="Changelog", folder=str(workspace))
+    taint_raise(
+        conversation=changelog,
+        taint=Taint.UNTRUSTED,
+        cause=Cause.message(notes, message_id="m_1"),
+    )
+    clean = ChatFactory(owner=owner, title="Tidy up", folder=str(workspace))
+    return notes, changelog, clean
+
+
+def exported_items(root):
+    index = json.loads((root / "agents" / "main" / "sessions" / "sessions.json").read_text())
+    return {item["sessionId"]: item for item in index.values()}
+
+
+def test_the_export_writes_each_chats_timeline_in_its_sessions_entry(careful_chats, tmp_path):
+    from chats.models import TaintRise
+
+    notes, changelog, clean = careful_chats
+    call_command("conch_export", str(tmp_path), stdout=io.StringIO())
+    items = exported_items(tmp_path)
+    page, message = (TaintRise.objects.get(conversation=c) for c in (notes, changelog))
+    assert items[notes.public_id]["trustTimeline"] == [
+        {
+            "at": _ms(page.at),
+            "before": "none",
+            "after": "untrusted",
+            "cause": "page",
+            "url": "https://example.com/2.4",
+            "path": "",
+            "sourceSessionId": None,
+            "sourceTaint": "",
+            "turn": 1,
+            "step": 1,
+            "detail": {},
+        }
+    ]
+    assert items[changelog.public_id]["trustTimeline"] == [
+        {
+            "at": _ms(message.at),
+            "before": "none",
+            "after": "untrusted",
+            "cause": "message",
+            "url": "",
+            "path": "",
+            "sourceSessionId": notes.public_id,
+            "sourceTaint": "untrusted",
+            "turn": None,
+            "step": None,
+            "detail": {"message": "m_1"},
+        }
+    ]
+    assert items[clean.public_id]["trustTimeline"] == []
+
+
+def test_an_exported_timeline_comes_back_as_the_imports_claims_and_lowers_nothing(
+    owner, careful_chats, tmp_path
+):
+    from chats.models import TaintCause, TaintRise
+
+    notes, changelog, clean = careful_chats
+    call_command("conch_export", str(tmp_path), stdout=io.StringIO())
+    stated = exported_items(tmp_path)
+    Conversation.objects.all().delete()
+    call_command("conch_import", str(tmp_path), "--yes", stdout=io.StringIO())
+
+    for chat_id in (notes.public_id, changelog.public_id, clean.public_id):
+        chat = Conversation.objects.get(public_id=chat_id)
+        (rise,) = TaintRise.objects.filter(conversation=chat)  # the import's own: the record
+        assert (rise.cause, rise.after, rise.source_id) == (
+            TaintCause.IMPORT,
+            Taint.UNTRUSTED,
+            None,
+        )
+        claims = rise.detail["claims"]
+        assert len(claims) == len(stated[chat_id]["trustTimeline"])
+        for claim, item in zip(claims, stated[chat_id]["trustTimeline"], strict=True):
+            assert claim == {
+                "at": _when_iso(item["at"]),
+                "before": item["before"],
+                "after": item["after"],
+                "cause": item["cause"],
+                "url": item["url"],
+                "path": item["path"],
+                "source_session": item["sourceSessionId"] or "",
+                "source_taint": item["sourceTaint"],
+                "turn": item["turn"],
+                "step": item["step"],
+                "detail": item["detail"],
+            }
+    assert (
+        TaintRise.objects.get(conversation__public_id=changelog.public_id).detail["claims"][0][
+            "source_session"
+        ]
+        == notes.public_id
+    )
+
+
+def _when_iso(ms):
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).isoformat()
+
+
+def claims_of(chat_id="imp-1"):
+    from chats.models import TaintRise
+
+    return TaintRise.objects.get(conversation__public_id=chat_id).detail
+
+
+def test_an_archives_timeline_claiming_none_lowers_nothing(owner, agent, workspace, tmp_path):
+    timeline = [
+        {"before": "person", "after": "none", "cause": "import"},
+        {"before": "untrusted", "after": "none", "cause": "page", "url": "https://x.test/"},
+    ]
+    run_import(
+        archive(tmp_path, {"folder": str(workspace), "taint": "none", "trustTimeline": timeline}),
+        "--yes",
+    )
+    assert Conversation.objects.get(public_id="imp-1").taint == Taint.UNTRUSTED
+    claims = claims_of()["claims"]
+    assert [(c["before"], c["after"], c["cause"]) for c in claims] == [
+        ("person", "none", "import"),  # kept as the archive states it, and nothing more
+        ("untrusted", "none", "page"),
+    ]
+
+
+def test_a_claimed_rise_to_someone_elses_words_makes_the_chat_more_careful_never_less(
+    owner, agent, workspace, tmp_path
+):
+    timeline = [{"before": "none", "after": "person", "cause": "stranger"}]
+    run_import(
+        archive(
+            tmp_path, {"folder": str(workspace), "taint": "untrusted", "trustTimeline": timeline}
+        ),
+        "--yes",
+    )
+    assert Conversation.objects.get(public_id="imp-1").taint == Taint.PERSON
+
+
+def test_a_huge_timeline_is_kept_to_its_first_rises_and_the_rest_counted(
+    owner, agent, workspace, tmp_path
+):
+    from chats.limits import LIMITS
+
+    timeline = [{"before": "untrusted", "after": "none", "cause": "page"}] * 10_000
+    timeline[-1] = {"before": "none", "after": "untrusted", "cause": "not-a-cause"}  # unread
+    run_import(archive(tmp_path, {"folder": str(workspace), "trustTimeline": timeline}), "--yes")
+    detail = claims_of()
+    assert len(detail["claims"]) == LIMITS.import_claims_rows
+    assert detail["claims_left_out"] == 10_000 - LIMITS.import_claims_rows
+    assert Conversation.objects.get(public_id="imp-1").taint == Taint.UNTRUSTED
+
+
+def test_a_claims_words_are_scrubbed_of_secrets_and_cut(owner, agent, workspace, tmp_path):
+    from chats.limits import LIMITS
+
+    detail = {f"k{n}": f"v{n}" for n in range(40)}
+    detail["k0"] = f"token {SECRET_TOKEN}"
+    detail["k1"] = "x" * 10_000
+    detail["k2"] = {"nested": [SECRET_TOKEN]}
+    rise = {
+        "before": "none",
+        "after": "untrusted",
+        "cause": "page",
+        "url": f"https://x.test/?t={SECRET_TOKEN}" + "a" * 5_000,
+        "sourceSessionId": "s" * 500,
+        "detail": detail,
+    }
+    run_import(archive(tmp_path, {"folder": str(workspace), "trustTimeline": [rise]}), "--yes")
+    (claim,) = claims_of()["claims"]
+    stored = json.dumps(claim)
+    assert SECRET_TOKEN not in stored and "[redacted]" in claim["url"]
+    assert len(claim["url"]) <= LIMITS.url_chars
+    assert len(claim["source_session"]) == LIMITS.id_chars
+    assert list(claim["detail"]) == [f"k{n}" for n in range(LIMITS.import_claim_detail_keys)]
+    assert all(len(str(v)) <= LIMITS.name_chars for v in claim["detail"].values())
+
+
+@pytest.mark.parametrize(
+    ("timeline", "refusal"),
+    [
+        ("all clear", r": trustTimeline must be a list of rises"),
+        (["a rise"], r" trustTimeline\[0\]: each rise must be an object"),
+        (
+            [{"before": "none", "after": "untrusted", "cause": "trust_me"}],
+            r" trustTimeline\[0\]: cause must be one of page, message",
+        ),
+        (
+            [{"before": "none", "after": "trusted", "cause": "page"}],
+            r" trustTimeline\[0\]: after must be one of none, untrusted, person",
+        ),
+        (
+            [{"before": "none", "after": "untrusted", "cause": "page", "turn": -1}],
+            r" trustTimeline\[0\] turn: must be a whole number from 1, or null",
+        ),
+        (
+            [{"before": "none", "after": "untrusted", "cause": "page", "at": "yesterday"}],
+            r" trustTimeline\[0\] at: not a time",
+        ),
+        (
+            [{"before": "none", "after": "untrusted", "cause": "page", "url": 7}],
+            r" trustTimeline\[0\] url: must be text or null",
+        ),
+        (
+            [{"before": "none", "after": "untrusted", "cause": "page", "detail": ["x"]}],
+            r" trustTimeline\[0\] detail: must be an object or null",
+        ),
+    ],
+)
+def test_a_timeline_that_is_not_one_stops_the_import_naming_the_rise_before_anything_is_written(
+    owner, agent, workspace, tmp_path, timeline, refusal
+):
+    path = archive(
+        tmp_path,
+        {"folder": str(workspace)},
+        {"folder": str(workspace), "trustTimeline": timeline},
+    )
+    with pytest.raises(CommandError, match=r"\[conch:imp-2\]" + refusal):
+        run_import(path, "--yes")
+    assert not Conversation.objects.exists()  # not even the first
+
+
+def test_a_claim_naming_one_of_your_chats_changes_nothing_of_it(owner, agent, workspace, tmp_path):
+    from chats.models import TaintRise
+
+    mine = ChatFactory(owner=owner, title="Mine", folder=str(workspace))
+    rise = {
+        "before": "none",
+        "after": "person",
+        "cause": "message",
+        "sourceSessionId": mine.public_id,
+        "sourceTaint": "person",
+    }
+    run_import(archive(tmp_path, {"folder": str(workspace), "trustTimeline": [rise]}), "--yes")
+    mine.refresh_from_db()
+    assert mine.taint == Taint.NONE and not TaintRise.objects.filter(conversation=mine).exists()
+    imported = TaintRise.objects.get(conversation__public_id="imp-1")
+    assert imported.source_id is None and imported.source_rise_id is None
+    assert imported.detail["claims"][0]["source_session"] == mine.public_id  # words, not a link

@@ -232,5 +232,6 @@ def test_an_imported_chat_is_written_down_as_careful_because_of_the_import(
         "detail": {
             "archive": str(path / "agents" / "main" / "sessions" / "sessions.json"),
             "claimed": claimed,
+            "claims": [],
         },
     }
