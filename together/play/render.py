@@ -82,6 +82,7 @@ def report_text(report: dict) -> str:
                 out.append("  (none)")
         out.extend(_messages_text(chat.get("messages", [])))
         out.extend(_waits_text(chat.get("waits", [])))
+        out.extend(_trust_text(chat.get("trust", [])))
         if chat.get("presses"):
             out.append("Presses")
             for press in chat["presses"]:
@@ -151,6 +152,29 @@ def _waits_text(waits: list[dict]) -> list[str]:
         bare = " · heard only how it ended" if w["bare"] else ""
         out.append(f"  {w['kind']} {w['target']} “{w['title']}” · {w['state']}{ended}{bare}")
     if not waits:
+        out.append("  (none)")
+    return out
+
+
+def _where(why: dict) -> str:
+    """A cause in Conch's words, with the address or file the chat used, and where it came in."""
+    used = why.get("url") or why.get("path") or ""
+    at = ", ".join(
+        f"{name} {why[key]}" for name, key in (("reply", "reply"), ("step", "step")) if why.get(key)
+    )
+    return why["why"] + (f" {used}" if used else "") + (f" ({at})" if at else "")
+
+
+def _trust_text(trust: list[dict]) -> list[str]:
+    """Each rise of the chat's taint, then the chats it came from, each with why it was careful."""
+    out = ["Trust timeline"]
+    for rise in trust:
+        out.append(f"  {rise['before']} → {rise['after']}: {_where(rise)}")
+        for hop in rise["from"]:
+            whose = f"“{hop['title']}” ({hop['chat']})" if hop["chat"] else hop["title"]
+            why = f": {_where(hop)}" if hop.get("why") else ""
+            out.append(f"    ← from {whose}, {hop['taint']} then{why}")
+    if not trust:
         out.append("  (none)")
     return out
 

@@ -14,16 +14,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chats import events
-from chats.models import Conversation, EntryKind, Turn, TurnState
+from chats.models import Conversation, EntryKind, TaintCause, TaintRise, Turn, TurnState
 from together.messages import CHAT_MESSAGE
 from together.models import Chain, ChainPair, ChatMessage, Wait
 from together.play.presses import arrived
+from together.visibility import is_yours
 
 if TYPE_CHECKING:
     from together.play.actions import PlayRunner
 from together.play.scenario import Scenario
 
 SHOWN_FILE_LIMIT = 4_000
+# How far back a trust timeline follows the chats its care came from.
+TRUST_PATH_HOPS = 20
+GONE = "a chat that is gone"
 
 
 class RunPaths:
@@ -234,7 +238,62 @@ def _chat_report(
         "notes": [line(e) for e in entries if e.kind == EntryKind.NOTE],
         "cards": [line(e) for e in entries if e.kind == EntryKind.CARD],
         "events": by_chat.get(chat.public_id, []),
+        "trust": trust_timeline(chat, paths),
     }
+
+
+def trust_timeline(chat: Conversation, paths: RunPaths) -> list[dict[str, Any]]:
+    """The chat's trust timeline as its person may read it: each rise of its taint, why in
+    Conch's words, the URL or file the chat itself used, the reply and step that carried it
+    in, and the chats its care came from (``from``), each with why it was careful in turn,
+    back to where it began. Titles of the person's own chats only: one that isn't theirs,
+    or was deleted, is "a chat that is gone", and the path stops there. No chat's words."""
+    return [
+        {
+            **_why(rise, paths),
+            "before": rise.before,
+            "after": rise.after,
+            "from": _path(rise, chat, paths),
+        }
+        for rise in TaintRise.objects.filter(conversation=chat)
+        .select_related("turn", "step")
+        .order_by("at", "pk")
+    ]
+
+
+def _why(rise: TaintRise, paths: RunPaths) -> dict[str, Any]:
+    return {
+        "cause": rise.cause,
+        "why": str(TaintCause(rise.cause).label),
+        "url": paths.text(rise.url),
+        "path": paths.path(rise.path) if rise.path else "",
+        "reply": rise.turn.number if rise.turn else None,
+        "step": rise.step.number if rise.step else None,
+    }
+
+
+def _path(rise: TaintRise, chat: Conversation, paths: RunPaths) -> list[dict[str, Any]]:
+    """The chats behind a rise: its source, then its source's own rise's source, and so on."""
+    hops: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    while rise.source_taint and len(hops) < TRUST_PATH_HOPS:
+        source = rise.source
+        if source is None or not is_yours(source, owner_id=chat.owner_id):
+            hops.append({"chat": None, "title": GONE, "taint": rise.source_taint})
+            break
+        hop: dict[str, Any] = {
+            "chat": source.public_id,
+            "title": source.title,
+            "taint": rise.source_taint,
+        }
+        hops.append(hop)
+        behind = rise.source_rise
+        if behind is None or behind.pk in seen:
+            break
+        seen.add(behind.pk)
+        hop.update(_why(behind, paths))
+        rise = behind
+    return hops
 
 
 def _files_after(root: Path, paths: RunPaths) -> dict[str, str]:
