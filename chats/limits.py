@@ -89,6 +89,11 @@ class Limits:
     playground_bindings: int = 60
     playground_log_messages: int = 40
 
+    # A chat's trust timeline (chats/timeline.py). Taint only grows, so a chat has a rise
+    # or two; the path back through other chats is followed this many chats at most.
+    trust_rows: int = 12
+    trust_path_hops: int = 6
+
 
 @dataclass(frozen=True)
 class MessageLimits:
