@@ -126,6 +126,25 @@ def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class AsksBecause:
+    """Why a request asks, when the chat's taint made it: the rise's words, or none
+    when the chat was careful before Conch wrote down why."""
+
+    row: timeline.Row | None
+    label: str
+
+
+def asks_because(pending: Turn | None, trust: timeline.Timeline | None) -> AsksBecause | None:
+    """The line a request gives its ask when the chat's taint made it (chats/runtime/standing.py's
+    ``asks_because_careful``, kept with the request as it was made)."""
+    careful = (pending.pending_action or {}).get("careful") if pending is not None else None
+    if not isinstance(careful, dict) or trust is None:
+        return None
+    row = trust.row(careful.get("rise")) if careful.get("rise") else None
+    return AsksBecause(row=row, label=str(Taint(trust.taint).label))
+
+
 def chat_context(*, conversation: Conversation, zone: tzinfo | None = None) -> dict[str, Any]:
     """A chat's page regions. ``zone`` is the person's, for the times the trust timeline says."""
     open_turn = selectors.open_turn(conversation)
@@ -145,6 +164,7 @@ def chat_context(*, conversation: Conversation, zone: tzinfo | None = None) -> d
         **transcript_context(conversation=conversation),
         "chat_badge": chat_badge(conversation, open_turn),
         "trust": trust,
+        "asks_because": asks_because(pending, trust),
         "unrecorded": timeline.UNRECORDED,
         "open_turn": open_turn,
         "pending": pending,

@@ -1,6 +1,6 @@
 """The trust timeline on the chat page: the header's "Careful: …" badge and the timeline
-it opens, the path across the person's chats; the person's time zone on the page and in
-a push; and no other chat's words, ever."""
+it opens, the path across the person's chats, an ask that names the rise that made it;
+the person's time zone on the page and in a push; and no other chat's words, ever."""
 
 from __future__ import annotations
 
@@ -20,13 +20,16 @@ from chats.limits import LIMITS
 from chats.models import (
     Conversation,
     EntryRole,
+    Mode,
+    StandingOk,
     StartedBy,
     Taint,
     TaintRise,
     Turn,
 )
 from chats.runtime.chats import entry_append, someone_elses_words_came
-from chats.runtime.turns import turn_start
+from chats.runtime.runner import drain
+from chats.runtime.turns import message_send, turn_start
 from chats.taint import Cause, taint_raise
 from conch.http import TIME_ZONE_COOKIE
 from tests.factories import ChatFactory, StepFactory, TurnFactory
@@ -266,6 +269,88 @@ async def test_a_push_says_the_times_in_each_tabs_own_time_zone(owner, agent):
         assert text_of(region(menu, "trust-summary")) == "Careful: has someone else's words"
         clock = f"{rise.at.astimezone(ZoneInfo(zone)):%H:%M}"
         assert re.search(rf">(\d+ \w+ )?{clock}</time>", region(menu, f"rise-{rise.pk}")), zone
+
+
+# ---------------------------------------------------------------------------
+# An ask the chat's taint made
+
+
+def stop(target) -> dict:
+    return {"tool": "stop_chat", "args": {"chat": target.public_id, "reason": "the page said so"}}
+
+
+def write(path: str) -> dict:
+    return {"tool": "write_file", "args": {"path": path, "content": path}}
+
+
+def asks(chat, *actions) -> Turn:
+    """The chat's next reply plays ``actions``, and stops at its ask."""
+    number = chat.turns.count()
+    Conversation.objects.filter(pk=chat.pk).update(script=[[]] * number + [list(actions)])
+    turn = message_send(conversation=chat, text="Go on")
+    drain()
+    turn.refresh_from_db()
+    assert turn.pending_action, "it asked"
+    return turn
+
+
+def controls(client, chat) -> str:
+    return region(page(client, chat), "chat-controls")
+
+
+def test_an_ask_the_chats_taint_made_names_its_rise_in_one_line(signed_in, owner, agent, workspace):
+    target = ChatFactory(owner=owner, folder=str(workspace), title="Deploy")
+    chat = ChatFactory(owner=owner, folder=str(workspace), mode=Mode.AUTO)
+    rise = read_page(chat)
+
+    turn = asks(chat, stop(target))
+
+    assert turn.pending_action["careful"] == {"rise": rise.pk}
+    box = controls(signed_in, chat)
+    why = re.search(r'<p class="request-why" hx-disable>(.*?)</p>', box, re.S).group(1)
+    clock = f"{rise.at.astimezone(UTC):%H:%M}"
+    assert text_of(why) == (
+        f"This chat asks because it read {URL} (fetch_page) at {clock}. Why it is careful"
+    )
+    assert f'<a class="trust-why" href="#rise-{rise.pk}">Why it is careful</a>' in why
+
+
+def test_an_ask_of_ask_mode_says_nothing_of_taint(signed_in, owner, agent, workspace):
+    plain = ChatFactory(owner=owner, folder=str(workspace), mode=Mode.ASK)
+    careful = ChatFactory(owner=owner, folder=str(workspace), mode=Mode.ASK)
+    read_page(careful)
+
+    for chat in (plain, careful):
+        turn = asks(chat, write("a.txt"))
+        assert "careful" not in turn.pending_action  # Ask mode asks anyway
+        assert "request-why" not in controls(signed_in, chat)
+
+
+def test_an_ask_a_standing_ok_would_have_answered_but_for_the_taint_says_why(
+    signed_in, owner, agent, workspace
+):
+    chat = ChatFactory(owner=owner, folder=str(workspace), mode=Mode.ASK)
+    StandingOk.objects.create(conversation=chat, tool="write_file")
+    rise = read_page(chat)
+
+    turn = asks(chat, write("a.txt"))
+
+    assert turn.pending_action["careful"] == {"rise": rise.pk}
+    assert f"This chat asks because it read {URL}" in controls(signed_in, chat)
+
+
+def test_an_ask_of_a_chat_careful_before_the_record_says_so(signed_in, owner, agent, workspace):
+    target = ChatFactory(owner=owner, folder=str(workspace))
+    chat = ChatFactory(owner=owner, folder=str(workspace), mode=Mode.AUTO)
+    Conversation.objects.filter(pk=chat.pk).update(taint=Taint.UNTRUSTED)
+
+    turn = asks(chat, stop(target))
+
+    assert turn.pending_action["careful"] == {"rise": None}
+    assert (
+        "This chat asks because it has read something from outside: careful since before "
+        "Conch wrote down why."
+    ) in text_of(controls(signed_in, chat))
 
 
 # ---------------------------------------------------------------------------
