@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from chats import cards, events, hooks, timeline
 from chats.limits import LIMITS
-from chats.models import Conversation, Inbound, Mode, Status, Taint, Turn, TurnState
+from chats.models import Conversation, Inbound, Mode, Status, Step, Taint, Turn, TurnState
 from chats.runtime import selectors
 from chats.runtime.standing import standing_ok_offer, standing_oks_paused_why
 from chats.runtime.turns import again_refusal
@@ -111,9 +111,11 @@ def list_context(
 
 
 def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
-    """The transcript, with each card explained as it is now (chats/cards.py)."""
+    """The transcript, with each card explained as it is now (chats/cards.py), and each
+    step refused for someone else's words linked to the rise that brought them."""
     blocks = selectors.chat_transcript(conversation=conversation)
     cards.cards_load(conversation=conversation, blocks=blocks)
+    steps = [item for block in blocks for item in block.items if isinstance(item, Step)]
     last = next((block for block in reversed(blocks) if block.turn is not None), None)
     again = last.turn if last and not again_refusal(last.turn, last.prompt) else None
     return {
@@ -123,6 +125,7 @@ def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
         "again_turn": again.number if again else None,
         "inbounds": Inbound.choices,
         "queued": selectors.chat_queued(conversation=conversation),
+        "refused_for_trust": timeline.refused_for_trust(conversation, steps),
     }
 
 

@@ -1,6 +1,7 @@
 """The trust timeline on the chat page: the header's "Careful: …" badge and the timeline
-it opens, the path across the person's chats, an ask that names the rise that made it;
-the person's time zone on the page and in a push; and no other chat's words, ever."""
+it opens, the path across the person's chats, an ask that names the rise that made it,
+a card or a refused step linking to its rise; the person's time zone on the page and in
+a push; and no other chat's words, ever."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from chats.models import (
     Mode,
     StandingOk,
     StartedBy,
+    Step,
     Taint,
     TaintRise,
     Turn,
@@ -34,7 +36,7 @@ from chats.taint import Cause, taint_raise
 from conch.http import TIME_ZONE_COOKIE
 from tests.factories import ChatFactory, StepFactory, TurnFactory
 from tests.web.sockets import seq_of, session_cookie, socket
-from together.messages import message_chat, take_in
+from together.messages import WHY_SOMEONE_ELSES_WORDS, message_chat, take_in
 
 pytestmark = pytest.mark.django_db
 
@@ -351,6 +353,79 @@ def test_an_ask_of_a_chat_careful_before_the_record_says_so(signed_in, owner, ag
         "This chat asks because it has read something from outside: careful since before "
         "Conch wrote down why."
     ) in text_of(controls(signed_in, chat))
+
+
+# ---------------------------------------------------------------------------
+# A card not delivered, and a step refused, for trust
+
+
+def test_a_message_not_delivered_for_someone_elses_words_links_to_the_rise(
+    signed_in, owner, agent, workspace, second_owner
+):
+    sender = ChatFactory(owner=owner, folder=str(workspace), title="Release notes")
+    receiver = ChatFactory(owner=owner, folder=str(workspace), title="Group chat")
+    message = message_chat(
+        sender=sender, turn=open_turn(sender), chat_id=receiver.public_id, text="hello"
+    ).message
+    receiver = someone_elses_words_came(conversation=receiver, who="4242", channel="telegram")
+    take_in(message=message, turn=open_turn(receiver))
+    message.refresh_from_db()
+    assert message.reason == WHY_SOMEONE_ELSES_WORDS
+    rise = latest(receiver)
+
+    sent = region(page(signed_in, sender), f"message-{message.message_id}")
+    came = region(page(signed_in, receiver), f"message-{message.message_id}")
+
+    assert (
+        f'<a class="trust-why" href="/c/{receiver.public_id}/#rise-{rise.pk}">When they came in</a>'
+        in sent
+    )
+    assert f'<a class="trust-why" href="#rise-{rise.pk}">When they came in</a>' in came
+    # And the rise is there on the receiver's page, where the link goes.
+    assert f'id="rise-{rise.pk}"' in page(signed_in, receiver)
+    # Given to another account, the receiver is no longer linked to from the sender's card.
+    Conversation.objects.filter(pk=receiver.pk).update(owner=second_owner)
+    sent = region(page(signed_in, sender), f"message-{message.message_id}")
+    assert WHY_SOMEONE_ELSES_WORDS.replace("'", "&#x27;") in sent
+    assert "When they came in" not in sent and receiver.public_id not in sent
+
+
+def test_a_message_not_delivered_for_another_reason_links_nowhere(
+    signed_in, owner, agent, workspace
+):
+    sender = ChatFactory(owner=owner, folder=str(workspace))
+    receiver = ChatFactory(owner=owner, folder=str(workspace))
+    read_page(receiver)
+    message = message_chat(
+        sender=sender, turn=open_turn(sender), chat_id=receiver.public_id, text="hello"
+    ).message
+    Conversation.objects.filter(pk=receiver.pk).update(inbound="refuse")
+    receiver.refresh_from_db()
+    take_in(message=message, turn=open_turn(receiver))
+    # Someone else's words come in after: not why this message wasn't delivered.
+    someone_elses_words_came(conversation=receiver, who="4242", channel="telegram")
+
+    for chat in (sender, receiver):
+        card = region(page(signed_in, chat), f"message-{message.message_id}")
+        assert "That chat turned messages from other chats away." in card
+        assert "When they came in" not in card
+
+
+def test_a_step_refused_for_someone_elses_words_links_to_the_rise(
+    signed_in, owner, agent, workspace
+):
+    chat = ChatFactory(owner=owner, folder=str(workspace), mode=Mode.AUTO)
+    chat = someone_elses_words_came(conversation=chat, who="4242", channel="telegram")
+    Conversation.objects.filter(pk=chat.pk).update(script=[[write("a.txt"), {"say": "no"}]])
+    message_send(conversation=chat, text="Write it")
+    drain()
+    step = Step.objects.get(turn__conversation=chat, tool="write_file")
+    assert "someone else's words are in it" in step.error
+    rise = latest(chat)
+
+    html = region(page(signed_in, chat), f"step-{step.pk}")
+
+    assert f'<a class="trust-why" href="#rise-{rise.pk}">When they came in</a>' in html
 
 
 # ---------------------------------------------------------------------------
