@@ -354,3 +354,60 @@ def test_only_the_latest_rises_are_read(owner, agent):
     assert len(rows) == LIMITS.trust_rows
     assert rows[-1].did.text == f"read https://example.com/{LIMITS.trust_rows + 4}"
     assert rows[0].did.text == "read https://example.com/5"
+
+
+@pytest.mark.parametrize(
+    ("cause", "did", "had"),
+    [
+        (
+            lambda src: Cause.mcp(server="Docs", tool="search", url="https://docs.example/q"),
+            "used search on the MCP server ‘Docs’ (https://docs.example/q)",
+            "had used search on the MCP server ‘Docs’ (https://docs.example/q)",
+        ),
+        (
+            lambda src: Cause.imported(archive="/home/me/sessions.json", claimed="person"),
+            "was imported from /home/me/sessions.json, which said it had someone else's words",
+            "had been imported from /home/me/sessions.json, which said it had someone else's words",
+        ),
+        (
+            lambda src: Cause.imported(archive="/home/me/sessions.json"),
+            "was imported from /home/me/sessions.json",
+            "had been imported from /home/me/sessions.json",
+        ),
+        (
+            lambda src: Cause.task(src, task_id="t_1"),
+            "read the result of its task ‘Source’",
+            "had read the result of its task ‘Source’",
+        ),
+        (
+            lambda src: Cause.chat_read(src, chat_id=src.public_id),
+            "read the words of ‘Source’",
+            "had read the words of ‘Source’",
+        ),
+        (
+            lambda src: Cause.parent(src),
+            "was started by ‘Source’, which was careful",
+            "had been started by ‘Source’, which was careful",
+        ),
+        (
+            lambda src: Cause.previous(src),
+            "came after ‘Source’, the session before it, which had someone else's words",
+            "had come after ‘Source’, the session before it, which had someone else's words",
+        ),
+    ],
+)
+def test_each_cause_is_said_in_conchs_words_and_one_step_further_back(
+    owner, agent, cause, did, had
+):
+    source = ChatFactory(owner=owner, title="Source")
+    read_page(source)
+    chat = ChatFactory(owner=owner, title="Here")
+    taint_raise(conversation=chat, taint=Taint.UNTRUSTED, cause=cause(source))
+    after = ChatFactory(owner=owner)
+    taint_raise(conversation=after, taint=Taint.UNTRUSTED, cause=Cause.wait(chat))
+
+    (row,) = chat_timeline(chat, viewer_id=owner.pk).rows
+    (then,) = chat_timeline(after, viewer_id=owner.pk).rows
+
+    assert row.did.text == did
+    assert then.path[0].had.text == had
