@@ -34,6 +34,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.utils import timezone
 
 from chats import events, pushes, regions, signout
+from conch.http import TIME_ZONE_COOKIE, zone_named
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class WorkspaceConsumer(AsyncWebsocketConsumer):
         self.session_key = session_key
         query = parse_qs(self.scope.get("query_string", b"").decode("latin1"))
         self.showing = (query.get("chat") or [None])[0] or None
+        # The browser's time zone, from the cookie its handshake carries, as the page's own.
+        self.zone = zone_named((self.scope.get("cookies") or {}).get(TIME_ZONE_COOKIE, ""))
         self.groups_joined = (signout.session_group(session_key),)
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)

@@ -93,6 +93,11 @@ class Limits:
     import_claims_rows: int = 20
     import_claim_detail_keys: int = 8
 
+    # A chat's trust timeline (chats/timeline.py). Taint only grows, so a chat has a rise
+    # or two; the path back through other chats is followed this many chats at most.
+    trust_rows: int = 12
+    trust_path_hops: int = 6
+
 
 @dataclass(frozen=True)
 class MessageLimits:

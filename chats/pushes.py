@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
+from zoneinfo import ZoneInfo
 
 from channels.layers import BaseChannelLayer
 from django.db import connections
@@ -99,11 +100,22 @@ class Lane:
 
 
 class Tab(Protocol):
-    """What a listener needs of a tab: the chat it shows, and a way to send it text."""
+    """What a listener needs of a tab: the chat it shows, the person's time zone (the
+    page's times are said in it), and a way to send it text."""
 
     showing: str | None
+    zone: ZoneInfo
 
     async def push(self, text: str) -> None: ...
+
+
+# A chat as the tabs showing it in one time zone see it: a chat's part is rendered once
+# for each (nearly always one), and its lane holds back only those tabs.
+View = tuple[str, ZoneInfo]
+
+
+def view_of(tab: Tab) -> tuple[str | None, ZoneInfo]:
+    return (tab.showing, tab.zone)
 
 
 class OwnerTabs:
@@ -132,7 +144,7 @@ class OwnerTabs:
         self.group = events.owner_group(owner_id)
         self.tabs: dict[Tab, list[str] | None] = {}  # each tab, and what waits for it
         self.owed: dict[Tab, int] = {}  # each tab's first number not sent it since its last push
-        self.lanes: dict[str, Lane] = {}  # by chat, while a part of it renders
+        self.lanes: dict[View, Lane] = {}  # by chat and zone, while a part of it renders
         self.channel = ""
         self.heard: list[dict[str, Any]] = []
         self._more = asyncio.Event()
@@ -193,67 +205,72 @@ class OwnerTabs:
 
     async def push(self, run: regions.PushRun) -> None:
         """One run of events to every tab here: what every tab gets, rendered once, then
-        to the tabs showing a chat the run changed, that chat's part too, rendered once.
+        to the tabs showing a chat the run changed, that chat's part too, rendered once
+        for each time zone those tabs are in (nearly always one).
 
         A chat's running words are awaited here; any other part of a chat (its page, its
         transcript) goes to the chat's :class:`Lane`, and the next run is taken up while
         it renders: the tabs showing that chat get it, and what follows for them, in
         order, as it is ready; the other tabs don't wait for it.
         """
-        shown = {tab.showing for tab in self.tabs if tab.showing in run.parts}
+        shown: set[View] = {
+            (tab.showing, tab.zone)
+            for tab in self.tabs
+            if tab.showing is not None and tab.showing in run.parts
+        }
         every_render = asyncio.ensure_future(
             (render if run.rows else render_words)(
                 regions.render_run, owner_id=self.owner_id, run=run
             )
         )
         chat_renders = {
-            chat: asyncio.ensure_future(
+            (chat, zone): asyncio.ensure_future(
                 (render_words if _words_only(run.parts[chat]) else render)(
                     regions.render_run_for_chat,
                     owner_id=self.owner_id,
                     conversation_id=chat,
                     parts=run.parts[chat],
+                    zone=zone,
                 )
             )
-            for chat in run.parts
-            if chat in shown
+            for chat, zone in shown
         }
         numbers_only = not run.rows  # the part every tab gets is only the run's marker
-        queued: set[str] = set()
+        queued: set[View] = set()
         try:
             every = await every_render
             # A chat whose tabs wait behind a part still rendering: this run waits there too.
-            for chat, lane in self.lanes.items():
-                if chat not in chat_renders:
-                    self._queue(chat, lane, run, every, None)
-                    queued.add(chat)
-            for chat, chat_render in chat_renders.items():
-                if chat in self.lanes or not _words_only(run.parts[chat]):
-                    self._queue(chat, self.lanes.setdefault(chat, Lane()), run, every, chat_render)
-                    queued.add(chat)
+            for view, lane in self.lanes.items():
+                if view not in chat_renders:
+                    self._queue(view, lane, run, every, None)
+                    queued.add(view)
+            for view, chat_render in chat_renders.items():
+                if view in self.lanes or not _words_only(run.parts[view[0]]):
+                    self._queue(view, self.lanes.setdefault(view, Lane()), run, every, chat_render)
+                    queued.add(view)
             # The tabs elsewhere need nothing more: sent now, while the chats' parts render.
             elsewhere = [
                 tab
                 for tab in self.tabs
-                if tab.showing not in chat_renders and tab.showing not in queued
+                if view_of(tab) not in chat_renders and view_of(tab) not in queued
             ]
             await self._send(every, elsewhere, run, numbers_only)
-            for chat, chat_render in chat_renders.items():
-                if chat in queued:
+            for view, chat_render in chat_renders.items():
+                if view in queued:
                     continue
                 page = await chat_render
                 text = f"{every}\n{page}" if page else every
-                showing = [tab for tab in self.tabs if tab.showing == chat]
+                showing = [tab for tab in self.tabs if view_of(tab) == view]
                 await self._send(text, showing, run, numbers_only and not page)
         finally:
             every_render.cancel()
-            for chat, pending in chat_renders.items():
-                if chat not in queued:
+            for view, pending in chat_renders.items():
+                if view not in queued:
                     pending.cancel()
 
     def _queue(
         self,
-        chat: str,
+        view: View,
         lane: Lane,
         run: regions.PushRun,
         every: str,
@@ -261,11 +278,11 @@ class OwnerTabs:
     ) -> None:
         lane.waiting.append((run, every, page))
         if lane.task is None:
-            lane.task = asyncio.ensure_future(self._send_lane(chat, lane))
+            lane.task = asyncio.ensure_future(self._send_lane(view, lane))
 
-    async def _send_lane(self, chat: str, lane: Lane) -> None:
-        """Send what waits in a chat's lane to the tabs showing it, in order, each as soon
-        as its part is rendered; the lane goes once nothing waits in it."""
+    async def _send_lane(self, view: View, lane: Lane) -> None:
+        """Send what waits in a chat's lane to the tabs showing it (in its zone), in order,
+        each as soon as its part is rendered; the lane goes once nothing waits in it."""
         try:
             while lane.waiting:
                 run, every, rendering = lane.waiting[0]
@@ -281,11 +298,11 @@ class OwnerTabs:
                     continue
                 lane.waiting.popleft()
                 text = f"{every}\n{page}" if page else every
-                showing = [tab for tab in self.tabs if tab.showing == chat]
+                showing = [tab for tab in self.tabs if view_of(tab) == view]
                 await self._send(text, showing, run, not run.rows and not page)
         finally:
-            if self.lanes.get(chat) is lane:
-                del self.lanes[chat]
+            if self.lanes.get(view) is lane:
+                del self.lanes[view]
             for _, _, rendering in lane.waiting:
                 if rendering is not None:
                     rendering.cancel()

@@ -20,9 +20,9 @@ from typing import Any
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from chats import cards, events, hooks
+from chats import cards, events, hooks, timeline
 from chats.limits import LIMITS
-from chats.models import Conversation, Inbound, Mode, Status, Turn, TurnState
+from chats.models import Conversation, Inbound, Mode, Status, Step, Taint, Turn, TurnState
 from chats.runtime import selectors
 from chats.runtime.standing import standing_ok_offer, standing_oks_paused_why
 from chats.runtime.turns import again_refusal
@@ -111,9 +111,11 @@ def list_context(
 
 
 def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
-    """The transcript, with each card explained as it is now (chats/cards.py)."""
+    """The transcript, with each card explained as it is now (chats/cards.py), and each
+    step refused for someone else's words linked to the rise that brought them."""
     blocks = selectors.chat_transcript(conversation=conversation)
     cards.cards_load(conversation=conversation, blocks=blocks)
+    steps = [item for block in blocks for item in block.items if isinstance(item, Step)]
     last = next((block for block in reversed(blocks) if block.turn is not None), None)
     again = last.turn if last and not again_refusal(last.turn, last.prompt) else None
     return {
@@ -123,10 +125,31 @@ def transcript_context(*, conversation: Conversation) -> dict[str, Any]:
         "again_turn": again.number if again else None,
         "inbounds": Inbound.choices,
         "queued": selectors.chat_queued(conversation=conversation),
+        "refused_for_trust": timeline.refused_for_trust(conversation, steps),
     }
 
 
-def chat_context(*, conversation: Conversation) -> dict[str, Any]:
+@dataclass(frozen=True)
+class AsksBecause:
+    """Why a request asks, when the chat's taint made it: the rise's words, or none
+    when the chat was careful before Conch wrote down why."""
+
+    row: timeline.Row | None
+    label: str
+
+
+def asks_because(pending: Turn | None, trust: timeline.Timeline | None) -> AsksBecause | None:
+    """The line a request gives its ask when the chat's taint made it (chats/runtime/standing.py's
+    ``asks_because_careful``, kept with the request as it was made)."""
+    careful = (pending.pending_action or {}).get("careful") if pending is not None else None
+    if not isinstance(careful, dict) or trust is None:
+        return None
+    row = trust.row(careful.get("rise")) if careful.get("rise") else None
+    return AsksBecause(row=row, label=str(Taint(trust.taint).label))
+
+
+def chat_context(*, conversation: Conversation, zone: tzinfo | None = None) -> dict[str, Any]:
+    """A chat's page regions. ``zone`` is the person's, for the times the trust timeline says."""
     open_turn = selectors.open_turn(conversation)
     pending = (
         open_turn
@@ -135,9 +158,17 @@ def chat_context(*, conversation: Conversation) -> dict[str, Any]:
         and open_turn.pending_action
         else None
     )
+    trust = (
+        timeline.chat_timeline(conversation, viewer_id=conversation.owner_id, zone=zone)
+        if conversation.taint != Taint.NONE
+        else None
+    )
     return {
         **transcript_context(conversation=conversation),
         "chat_badge": chat_badge(conversation, open_turn),
+        "trust": trust,
+        "asks_because": asks_because(pending, trust),
+        "unrecorded": timeline.UNRECORDED,
         "open_turn": open_turn,
         "pending": pending,
         "asked": conversation.status == Status.NEEDS_YOU and pending is None,
@@ -189,7 +220,7 @@ def page_context(
         ),
     }
     if conversation is not None:
-        context.update(chat_context(conversation=conversation))
+        context.update(chat_context(conversation=conversation, zone=zone))
     return context
 
 
@@ -232,7 +263,7 @@ def render_chat_bundle(
     conversation.refresh_from_db()
     context = {
         **list_context(owner_id=owner_id, current_chat_id=conversation.public_id, zone=zone),
-        **chat_context(conversation=conversation),
+        **chat_context(conversation=conversation, zone=zone),
         "oob": True,
     }
     return "\n".join(
@@ -360,9 +391,11 @@ def run_marked_from(push: str, first: int) -> str:
     return RUN_MARKER.sub(lambda found: f'{found.group(1)} data-first="{first}"', push, count=1)
 
 
-def render_run_for_chat(*, owner_id: int, conversation_id: str, parts: list[ChatPart]) -> str:
-    """What the tabs showing this chat add to :func:`render_run`, the same bytes for each.
-    Empty when the run shows nothing there, or the chat is not the owner's."""
+def render_run_for_chat(
+    *, owner_id: int, conversation_id: str, parts: list[ChatPart], zone: tzinfo | None = None
+) -> str:
+    """What the tabs showing this chat in ``zone`` add to :func:`render_run`, the same
+    bytes for each. Empty when the run shows nothing there, or the chat is not the owner's."""
     conversation: Conversation | None = None
     if any(part.kind != WORDS for part in parts):
         conversation = _owned_chat(owner_id, conversation_id)
@@ -383,7 +416,7 @@ def render_run_for_chat(*, owner_id: int, conversation_id: str, parts: list[Chat
             context = {**transcript_context(conversation=conversation), "oob": True}
             rendered.append(render_region("transcript", context))
         else:
-            context = {**chat_context(conversation=conversation), "oob": True}
+            context = {**chat_context(conversation=conversation, zone=zone), "oob": True}
             rendered.extend(render_region(name, context) for name in CHAT_REGIONS)
     return "\n".join(rendered)
 
@@ -396,15 +429,18 @@ def render_event(
     conversation_id: str | None,
     showing: str | None,
     data: dict[str, Any] | None = None,
+    zone: tzinfo | None = None,
 ) -> str:
-    """What one tab, showing the chat ``showing`` (or none), is pushed for one event
-    heard alone. The socket renders the two halves once for all the tabs it serves
+    """What one tab, showing the chat ``showing`` (or none) in ``zone``, is pushed for one
+    event heard alone. The socket renders the two halves once for all the tabs it serves
     (chats/pushes.py); this joins them as it does."""
     run = PushRun.of(event, seq, conversation_id, data)
     push = render_run(owner_id=owner_id, run=run)
     if showing is None or showing not in run.parts:
         return push
-    page = render_run_for_chat(owner_id=owner_id, conversation_id=showing, parts=run.parts[showing])
+    page = render_run_for_chat(
+        owner_id=owner_id, conversation_id=showing, parts=run.parts[showing], zone=zone
+    )
     return f"{push}\n{page}" if page else push
 
 

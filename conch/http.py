@@ -29,11 +29,17 @@ _ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]*(/[A-Za-z0-9_+\-]+){0,3}")
 
 
 def person_zone(request: HttpRequest) -> ZoneInfo:
-    """The time zone of the person's browser, whose days the chat list is grouped by.
+    """The time zone of the person's browser, whose days the chat list is grouped by."""
+    return zone_named(request.COOKIES.get(TIME_ZONE_COOKIE, ""))
+
+
+def zone_named(name: str) -> ZoneInfo:
+    """The time zone of this name, as the browser left it in its cookie (the page's
+    requests and its socket's handshake carry the same one).
 
     Only a name the tz database knows is taken; anything else (a cookie someone wrote
     by hand, a browser that says nothing) is Conch's own, ``CONCH_TIME_ZONE``."""
-    name = request.COOKIES.get(TIME_ZONE_COOKIE, "")
+    name = str(name or "")
     if len(name) <= 64 and _ZONE_NAME.fullmatch(name):
         try:
             return ZoneInfo(name)

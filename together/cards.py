@@ -16,9 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from django.urls import reverse
+
 from chats.hooks import card_loader_add
 from chats.models import Conversation, Entry, Status
+from chats.timeline import rises_to_person
 from together.listing import ChatsLook
+from together.messages import WHY_SOMEONE_ELSES_WORDS
 from together.models import ChatMessage, MessageState, Wait, WaitKind, WaitState
 
 LOOK = "chats.listed"
@@ -137,6 +141,9 @@ class MessageCard:
     reason: str
     asks_for_reply: bool
     kind: str = "message"
+    # Not delivered because someone else's words came into the chat it went to: the rise
+    # in that chat's trust timeline that brought them (on this page, or on that chat's).
+    rise_href: str = ""
 
     @property
     def came_here(self) -> bool:
@@ -171,6 +178,13 @@ def load_messages(conversation: Conversation, entries: list[Entry]) -> Mapping[i
         for m in ChatMessage.objects.filter(message_id__in=ids).select_related("sender", "receiver")
     }
     owner_id = conversation.owner_id
+    rises = rises_to_person(
+        {
+            m.receiver_id
+            for m in messages.values()
+            if _not_delivered_for_trust(m) and m.receiver_id is not None
+        }
+    )
     cards = {}
     for entry in entries:
         data = _data(entry)
@@ -198,8 +212,28 @@ def load_messages(conversation: Conversation, entries: list[Entry]) -> Mapping[i
             if message.state in (MessageState.REFUSED, MessageState.NOT_DELIVERED)
             else "",
             asks_for_reply=message.start_reply,
+            rise_href=_rise_href(message, other, rises, here=side == "from"),
         )
     return cards
+
+
+def _not_delivered_for_trust(message: ChatMessage) -> bool:
+    return message.state == MessageState.NOT_DELIVERED and message.reason == WHY_SOMEONE_ELSES_WORDS
+
+
+def _rise_href(
+    message: ChatMessage, receiver: ChatRef, rises: Mapping[int, tuple], *, here: bool
+) -> str:
+    """The receiver's rise that brought someone else's words in, if that is why the
+    message wasn't delivered: on this page for the receiver's card, else on the
+    receiver's page while it is the owner's."""
+    rise = rises.get(message.receiver_id or 0)
+    if not _not_delivered_for_trust(message) or rise is None:
+        return ""
+    anchor = f"#rise-{rise[0]}"
+    if here:
+        return anchor
+    return reverse("chats:chat", args=[receiver.id]) + anchor if receiver.id else ""
 
 
 # ---------------------------------------------------------------------------

@@ -356,9 +356,15 @@ def frame(message: ChatMessage, *, can_answer: bool) -> str:
     return note + "\n" + fence("chat-message", message.text)
 
 
+# Why a message is marked not delivered for trust: its card links to the rise that said so.
+WHY_SOMEONE_ELSES_WORDS = (
+    "Someone else's words came into that chat, so it no longer takes messages from your chats."
+)
+
+
 def _undeliverable_reason(receiver: Conversation) -> str:
     if receiver.taint == Taint.PERSON:
-        return "Someone else's words came into that chat, so it no longer takes messages from your chats."
+        return WHY_SOMEONE_ELSES_WORDS
     if receiver.effective_inbound == Inbound.REFUSE:
         return "That chat turned messages from other chats away."
     return ""

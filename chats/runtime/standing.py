@@ -17,6 +17,7 @@ a command starts instead (:func:`command_start`): the program and its subcommand
 
 from __future__ import annotations
 
+import copy
 import re
 import shlex
 from collections.abc import Mapping
@@ -33,6 +34,8 @@ from chats.toolsets import has_someone_elses_words
 
 __all__ = [
     "Scope",
+    "asks",
+    "asks_because_careful",
     "command_start",
     "standing_ok_covers",
     "standing_ok_give_locked",
@@ -211,6 +214,28 @@ def standing_ok_covers(conversation: Conversation, tool: Tool, args: Mapping[str
         _covers(scope_of(ok), args, commands=commands)
         for ok in StandingOk.objects.filter(conversation=conversation, tool=tool.name)
     )
+
+
+def asks(conversation: Conversation, tool: Tool, args: Mapping[str, Any]) -> bool:
+    """Whether this call waits for the person's OK in this chat as it is now: the tool
+    asks here, and no standing OK answers it.
+
+    Precondition: ``conversation`` read under its row lock.
+    """
+    return tool.must_ask(conversation) and not standing_ok_covers(conversation, tool, args)
+
+
+def asks_because_careful(conversation: Conversation, tool: Tool, args: Mapping[str, Any]) -> bool:
+    """Whether an ask is the chat's taint's doing: the same call, in the same chat had it
+    read nothing from outside and had no one else's words in it, would run without one.
+
+    Precondition: :func:`asks` said it asks, for ``conversation`` read under its row lock.
+    """
+    if conversation.taint == Taint.NONE:
+        return False
+    trusted = copy.copy(conversation)
+    trusted.taint = Taint.NONE
+    return not asks(trusted, tool, args)
 
 
 def standing_ok_give_locked(*, conversation: Conversation, scope: Scope) -> StandingOk:

@@ -44,7 +44,7 @@ from chats.refusals import (
     SAID_NO_BECAUSE,
 )
 from chats.runtime.chats import ConchError, entry_append
-from chats.runtime.standing import standing_ok_covers
+from chats.runtime.standing import asks, asks_because_careful
 from chats.runtime.turns import (
     ERR_COMMAND_REPLY_ENDED,
     ERR_COMMAND_STOPPED,
@@ -52,6 +52,7 @@ from chats.runtime.turns import (
     turn_end,
     turn_end_locked,
 )
+from chats.timeline import careful_rise
 from chats.tools.diffs import PREVIEW_FAILS
 from chats.tools.registry import (
     FOLDER_FAMILIES,
@@ -487,7 +488,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
         # it in another process since this step began (issue 13 item 1).
         conversation = Conversation.objects.lock(conversation.pk)
         # A standing OK answers only an ask of Ask mode in a chat that is the person's alone.
-        if tool.must_ask(conversation) and not standing_ok_covers(conversation, tool, args):
+        if asks(conversation, tool, args):
             preview = _preview(turn, conversation, tool, args)
             if not _still_mine(turn.pk, worker):
                 return Advance(False)
@@ -498,6 +499,9 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
                 "raw_args": args,
                 "preview": preview,
             }
+            if asks_because_careful(conversation, tool, args):
+                # The ask names the rise that made it careful, as the chat was when it asked.
+                pending["careful"] = {"rise": careful_rise(conversation)}
             Turn.objects.filter(pk=turn.pk).update(
                 state=TurnState.NEEDS_YOU,
                 pending_action=pending,

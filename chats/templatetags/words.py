@@ -97,6 +97,12 @@ def refusal_for_person(error: str) -> str:
 
 
 @register.filter
+def rise_of(refused: dict[int, int] | None, step_pk: int) -> int | None:
+    """The rise a refused step links to (chats/timeline.py's ``refused_for_trust``), if any."""
+    return (refused or {}).get(step_pk)
+
+
+@register.filter
 def tells_the_stop(block) -> bool:
     """Whether a reply's own lines already say it was stopped (the stop note, or its card)."""
     for item in block.items:

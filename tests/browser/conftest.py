@@ -288,11 +288,20 @@ def console() -> Console:
 
 
 @pytest.fixture
-def browser_context(chromium, console):
+def browser_context_args() -> dict:
+    """More of the context's settings, as pytest-playwright's fixture of this name: a test
+    module overrides it (a time zone of the browser's own)."""
+    return {}
+
+
+@pytest.fixture
+def browser_context(chromium, console, browser_context_args):
     from playwright.sync_api import expect
 
     expect.set_options(timeout=10_000)
-    context = chromium.new_context(color_scheme="light", viewport={"width": 1280, "height": 800})
+    context = chromium.new_context(
+        color_scheme="light", viewport={"width": 1280, "height": 800}, **browser_context_args
+    )
     context.set_default_timeout(10_000)
     context.on("page", console.watch)  # every page of the context, however it was opened
     yield context

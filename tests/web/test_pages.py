@@ -343,6 +343,7 @@ def test_scripts_and_styles_come_from_static_only(signed_in, chat):
         "/static/conch-code.js",
         "/static/conch-approve.js",
         "/static/conch-drawer.js",
+        "/static/conch-trust.js",
     ]
     assert "//" not in " ".join(s for s in sources if s)
     root = Path(__file__).resolve().parents[2]
