@@ -28,10 +28,12 @@ from chats.models import (
     FolderRoot,
     Origin,
     Taint,
+    TaintCause,
     Turn,
     TurnState,
 )
 from chats.runtime.chats import conversation_create, entry_append
+from chats.taint import Cause
 from chats.tools.registry import ToolContext, validate_args
 from together import past
 
@@ -46,6 +48,8 @@ theirs = Agent.objects.create(slug="theirs", name="Theirs", workspace="/tmp", ow
 
 def chat(title, who=owner, **kwargs):
     persona = agent if who == owner else theirs
+    if kwargs.get("taint"):  # careful from its start, as a scenario sets a chat up
+        kwargs["taint_cause"] = Cause(TaintCause.SETUP)
     return conversation_create(owner=who, agent=persona, title=title, folder="/tmp", **kwargs)
 
 
