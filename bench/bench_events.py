@@ -67,6 +67,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 # The Conch beside this bench, not one the virtualenv was installed from (another checkout).
@@ -380,10 +381,11 @@ class Tab:
     retries: int = 0  # handshakes the server dropped before this tab opened
 
 
-async def tab_run(tab: Tab, url: str, cookie: str, stop: asyncio.Event) -> None:
+async def tab_run(tab: Any, url: str, cookie: str, stop: asyncio.Event, read: Any = None) -> None:
     """One tab's socket. A handshake the server drops (Daphne gives up on one its
     app hasn't accepted in 5 s) is retried after conch.js's back-off, as the page
-    does; once open, the socket is read until the point ends."""
+    does; once open, the socket is read (by ``read(tab, socket)``, this bench's own
+    reader unless another bench gives its own) until the point ends."""
     from websockets.asyncio.client import connect
 
     ws_url = url.replace("http://", "ws://", 1) + "/ws/"
@@ -411,7 +413,7 @@ async def tab_run(tab: Tab, url: str, cookie: str, stop: asyncio.Event) -> None:
         tab.closed = ""
         break
     async with socket:
-        reader = asyncio.ensure_future(_read(tab, socket))
+        reader = asyncio.ensure_future((read or _read)(tab, socket))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({reader, stopping}, return_when=asyncio.FIRST_COMPLETED)
         reader.cancel()

@@ -323,37 +323,9 @@ class Tab:
 
 
 async def tab_run(tab: Tab, url: str, cookie: str, stop: asyncio.Event) -> None:
-    """One tab's socket on the chat it shows, retried as conch.js does; read until the end."""
-    from websockets.asyncio.client import connect
-
-    ws_url = url.replace("http://", "ws://", 1) + f"/ws/?chat={tab.showing}"
-    for attempt in range(shared.OPEN_ATTEMPTS):
-        try:
-            socket = await connect(
-                ws_url,
-                origin=url,  # type: ignore[arg-type]
-                additional_headers={"Cookie": cookie},
-                max_size=None,
-                max_queue=None,
-                open_timeout=60,
-                ping_interval=None,
-            )
-        except Exception as exc:
-            tab.closed = f"{type(exc).__name__}: {exc}"
-            if attempt + 1 < shared.OPEN_ATTEMPTS and not stop.is_set():
-                tab.retries += 1
-                await asyncio.sleep(shared.reconnect_delay(attempt))
-                continue
-            tab.hello.set()
-            return
-        tab.closed = ""
-        break
-    async with socket:
-        reader = asyncio.ensure_future(_read(tab, socket))
-        stopping = asyncio.ensure_future(stop.wait())
-        await asyncio.wait({reader, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        reader.cancel()
-        stopping.cancel()
+    """One tab's socket on the chat it shows, opened and retried as bench_events' tabs are
+    (as conch.js does); read by this bench's reader until the end."""
+    await shared.tab_run(tab, url, cookie, stop, read=_read)
 
 
 async def _read(tab: Tab, socket) -> None:
