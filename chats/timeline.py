@@ -104,6 +104,7 @@ class ChatRef:
 
     title: str = ""
     href: str = ""
+    public_id: str = ""
 
     @property
     def gone(self) -> bool:
@@ -134,6 +135,7 @@ class Hop:
     chat: ChatRef
     had: Words
     when: str  # "at 09:58", in the viewer's time zone; "" when not known
+    rise_id: int = 0  # the rise of ``chat`` this hop tells of
 
 
 @dataclass(frozen=True)
@@ -297,7 +299,7 @@ def _chat_ref(rise: TaintRise, *, viewer_id: int) -> ChatRef | None:
     href = reverse("chats:chat", args=[source.public_id])
     if rise.source_rise_id:
         href += f"#rise-{rise.source_rise_id}"
-    return ChatRef(title=source.title, href=href)
+    return ChatRef(title=source.title, href=href, public_id=source.public_id)
 
 
 def _link(rise: TaintRise) -> tuple[str, str]:
@@ -370,6 +372,7 @@ def chat_timeline(
                     chat=came_from,
                     had=_words(back, _chat_ref(back, viewer_id=viewer_id), had=True),
                     when=when_words(back.at, zone=zone, now=now)[1],
+                    rise_id=back.pk,
                 )
             )
             came_from = _chat_ref(back, viewer_id=viewer_id)

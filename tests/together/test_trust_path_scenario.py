@@ -20,13 +20,10 @@ PAGE = "{pages}/release-2.4.html"
 A_READ = {
     "chat": "c_a",
     "title": "Read the release page",
-    "taint": "untrusted",
     "cause": "page",
-    "why": "read a web page",
-    "url": PAGE,
-    "path": "",
     "reply": 1,
     "step": 1,
+    "had": f"had read {PAGE} (fetch_page)",
 }
 
 
@@ -56,11 +53,9 @@ def test_as_timeline_is_the_page_it_read(played):
             "before": "none",
             "after": "untrusted",
             "cause": "page",
-            "why": "read a web page",
-            "url": PAGE,
-            "path": "",
             "reply": 1,
             "step": 1,
+            "said": f"read {PAGE} (fetch_page)",
             "from": [],
         }
     ]
@@ -72,11 +67,9 @@ def test_bs_timeline_is_as_message_taken_in_and_why_a_was_careful(played):
             "before": "none",
             "after": "untrusted",
             "cause": "message",
-            "why": "a message from another chat",
-            "url": "",
-            "path": "",
             "reply": 1,  # the reply a's message started, which took it in
             "step": None,
+            "said": "took in a message from ‘Read the release page’",
             "from": [A_READ],
         }
     ]
@@ -89,22 +82,17 @@ def test_cs_timeline_holds_the_whole_path_back_to_the_page(played):
             "before": "none",
             "after": "untrusted",
             "cause": "wait",
-            "why": "the answer of a wait",
-            "url": "",
-            "path": "",
             "reply": None,
             "step": None,
+            "said": "waited on ‘Write the changelog’ and read how it ended",
             "from": [
                 {
                     "chat": "c_b",
                     "title": "Write the changelog",
-                    "taint": "untrusted",
                     "cause": "message",
-                    "why": "a message from another chat",
-                    "url": "",
-                    "path": "",
                     "reply": 1,
                     "step": None,
+                    "had": "had taken in a message from ‘Read the release page’",
                 },
                 A_READ,
             ],
@@ -118,11 +106,10 @@ def test_the_text_report_prints_cs_path_in_conchs_words(reports):
     timeline = c[c.index("Trust timeline") : c.index("Events")].splitlines()
     assert timeline == [
         "Trust timeline",
-        "  none → untrusted: the answer of a wait",
-        "    ← from “Write the changelog” (c_b), untrusted then: a message from another chat"
+        "  none → untrusted: waited on ‘Write the changelog’ and read how it ended",
+        "    ← “Write the changelog” (c_b) had taken in a message from ‘Read the release page’"
         " (reply 1)",
-        "    ← from “Read the release page” (c_a), untrusted then: read a web page"
-        f" {PAGE} (reply 1, step 1)",
+        f"    ← “Read the release page” (c_a) had read {PAGE} (fetch_page) (reply 1, step 1)",
     ]
 
 
@@ -135,21 +122,28 @@ def test_cs_model_is_given_bs_last_words_and_nothing_of_the_path(played):
 
 def test_a_chat_set_up_careful_says_so_and_the_path_from_it_does_too(reports):
     chats = chats_of(reports["taint_before_the_first_action"])
-    setup = {
-        "cause": "setup",
-        "why": "started careful, as set up",
-        "url": "",
-        "path": "",
-        "reply": None,
-        "step": None,
-    }
+    setup = {"cause": "setup", "reply": None, "step": None}
     assert chats["browsed"]["trust"] == [
-        {"before": "none", "after": "untrusted", **setup, "from": []}
+        {
+            "before": "none",
+            "after": "untrusted",
+            **setup,
+            "said": "started careful, as set up",
+            "from": [],
+        }
     ]
     (rise,) = chats["hop1"]["trust"]
-    assert (rise["cause"], rise["from"]) == (
+    assert (rise["cause"], rise["said"], rise["from"]) == (
         "message",
-        [{"chat": "c_browsed", "title": "Read a page", "taint": "untrusted", **setup}],
+        "took in a message from ‘Read a page’",
+        [
+            {
+                "chat": "c_browsed",
+                "title": "Read a page",
+                **setup,
+                "had": "had started careful, as set up",
+            }
+        ],
     )
 
 
@@ -175,11 +169,17 @@ def path_of_two(owner, agent):
     return a, b
 
 
-def _hops(chat, tmp_path):
+def _rise(chat, tmp_path):
     from together.play.report import RunPaths, trust_timeline
 
     (rise,) = trust_timeline(chat, RunPaths(tmp_path))
-    return rise["from"]
+    return rise
+
+
+def _gone(rise, a):
+    assert rise["said"] == "took in a message from a chat that is gone"
+    assert rise["from"] == []
+    assert "secret-path" not in json.dumps(rise) and a.public_id not in json.dumps(rise)
 
 
 def test_a_chat_deleted_since_is_a_chat_that_is_gone_and_the_path_stops_there(
@@ -187,16 +187,27 @@ def test_a_chat_deleted_since_is_a_chat_that_is_gone_and_the_path_stops_there(
 ):
     a, b = path_of_two
     a.delete()
-    assert _hops(b, tmp_path) == [
-        {"chat": None, "title": "a chat that is gone", "taint": "untrusted"}
-    ]
+    _gone(_rise(b, tmp_path), a)
 
 
-def test_a_chat_with_someone_elses_words_since_is_a_chat_that_is_gone(path_of_two, tmp_path):
+def test_a_chat_given_to_another_account_since_is_a_chat_that_is_gone(path_of_two, tmp_path):
+    from tests.factories import UserFactory
+
+    a, b = path_of_two
+    a.owner = UserFactory()
+    a.save(update_fields=["owner"])
+    _gone(_rise(b, tmp_path), a)
+
+
+def test_the_report_follows_the_chat_page_so_a_chat_of_theirs_with_someone_elses_words_is_named(
+    path_of_two, tmp_path
+):
+    """The page's rule (chats.timeline): the person sees every chat of theirs in their own
+    list, by the same title, whatever came into it since."""
     from chats.taint import Cause, taint_raise
 
     a, b = path_of_two
     taint_raise(conversation=a, taint="person", cause=Cause.stranger(channel="t", sender="m"))
-    hops = _hops(b, tmp_path)
-    assert hops == [{"chat": None, "title": "a chat that is gone", "taint": "untrusted"}]
-    assert "secret-path" not in json.dumps(hops) and a.public_id not in json.dumps(hops)
+    rise = _rise(b, tmp_path)
+    assert rise["said"] == "took in a message from ‘Read the release page’"
+    assert [hop["title"] for hop in rise["from"]] == ["Read the release page"]

@@ -156,27 +156,24 @@ def _waits_text(waits: list[dict]) -> list[str]:
     return out
 
 
-def _where(why: dict) -> str:
-    """A cause in Conch's words, with the address or file the chat used, and where it came in."""
-    used = why.get("url") or why.get("path") or ""
-    at = ", ".join(
-        f"{name} {why[key]}" for name, key in (("reply", "reply"), ("step", "step")) if why.get(key)
-    )
-    return why["why"] + (f" {used}" if used else "") + (f" ({at})" if at else "")
-
-
 def _trust_text(trust: list[dict]) -> list[str]:
-    """Each rise of the chat's taint, then the chats it came from, each with why it was careful."""
+    """Each rise of the chat's taint in the page's words, then the chats it came from, each
+    with why it was careful then."""
     out = ["Trust timeline"]
     for rise in trust:
-        out.append(f"  {rise['before']} → {rise['after']}: {_where(rise)}")
+        out.append(f"  {rise['before']} → {rise['after']}: {rise['said']}{_carried_in(rise)}")
         for hop in rise["from"]:
-            whose = f"“{hop['title']}” ({hop['chat']})" if hop["chat"] else hop["title"]
-            why = f": {_where(hop)}" if hop.get("why") else ""
-            out.append(f"    ← from {whose}, {hop['taint']} then{why}")
+            out.append(f"    ← “{hop['title']}” ({hop['chat']}) {hop['had']}{_carried_in(hop)}")
+        if rise.get("goes_on"):
+            out.append(f"    ← and on, from {rise['goes_on']}")
     if not trust:
         out.append("  (none)")
     return out
+
+
+def _carried_in(rise: dict) -> str:
+    where = [f"{key} {rise[key]}" for key in ("reply", "step") if rise.get(key) is not None]
+    return f" ({', '.join(where)})" if where else ""
 
 
 def _runner_text(report: dict) -> list[str]:

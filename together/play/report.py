@@ -14,20 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from chats import events
-from chats.models import Conversation, EntryKind, TaintCause, TaintRise, Turn, TurnState
+from chats.models import Conversation, EntryKind, TaintRise, Turn, TurnState
+from chats.timeline import chat_timeline
 from together.messages import CHAT_MESSAGE
 from together.models import Chain, ChainPair, ChatMessage, Wait
 from together.play.presses import arrived
-from together.visibility import is_yours
 
 if TYPE_CHECKING:
     from together.play.actions import PlayRunner
 from together.play.scenario import Scenario
 
 SHOWN_FILE_LIMIT = 4_000
-# How far back a trust timeline follows the chats its care came from.
-TRUST_PATH_HOPS = 20
-GONE = "a chat that is gone"
 
 
 class RunPaths:
@@ -243,57 +240,43 @@ def _chat_report(
 
 
 def trust_timeline(chat: Conversation, paths: RunPaths) -> list[dict[str, Any]]:
-    """The chat's trust timeline as its person may read it: each rise of its taint, why in
-    Conch's words, the URL or file the chat itself used, the reply and step that carried it
-    in, and the chats its care came from (``from``), each with why it was careful in turn,
-    back to where it began. Titles of the person's own chats only: one that isn't theirs,
-    or was deleted, is "a chat that is gone", and the path stops there. No chat's words."""
+    """The chat's trust timeline as its person reads it on the chat's page
+    (``chats.timeline.chat_timeline``): each rise of its taint in the page's own words,
+    the reply and step that carried it in, and the chats its care came from (``from``),
+    each with why it was careful in turn, back to where it began. No time is printed
+    and chats are named by their ids in the play, so a report is the same every run."""
+    timeline = chat_timeline(chat, viewer_id=chat.owner_id)
+    rise_ids = {row.id for row in timeline.rows}
+    rise_ids |= {hop.rise_id for row in timeline.rows for hop in row.path}
+    rises = TaintRise.objects.select_related("turn", "step").in_bulk(rise_ids)
     return [
         {
-            **_why(rise, paths),
-            "before": rise.before,
-            "after": rise.after,
-            "from": _path(rise, chat, paths),
+            "before": row.before,
+            "after": row.after,
+            **_carried(rises[row.id]),
+            "said": paths.text(row.did.text),
+            "from": [
+                {
+                    "chat": hop.chat.public_id,
+                    "title": hop.chat.title,
+                    **_carried(rises[hop.rise_id]),
+                    "had": paths.text(hop.had.text),
+                }
+                for hop in row.path
+            ],
+            **({"goes_on": paths.text(row.path_goes_on.text)} if row.path_goes_on else {}),
         }
-        for rise in TaintRise.objects.filter(conversation=chat)
-        .select_related("turn", "step")
-        .order_by("at", "pk")
+        for row in timeline.rows
     ]
 
 
-def _why(rise: TaintRise, paths: RunPaths) -> dict[str, Any]:
+def _carried(rise: TaintRise) -> dict[str, Any]:
+    """The rise's cause, and the reply and step of its chat that carried it in."""
     return {
         "cause": rise.cause,
-        "why": str(TaintCause(rise.cause).label),
-        "url": paths.text(rise.url),
-        "path": paths.path(rise.path) if rise.path else "",
         "reply": rise.turn.number if rise.turn else None,
         "step": rise.step.number if rise.step else None,
     }
-
-
-def _path(rise: TaintRise, chat: Conversation, paths: RunPaths) -> list[dict[str, Any]]:
-    """The chats behind a rise: its source, then its source's own rise's source, and so on."""
-    hops: list[dict[str, Any]] = []
-    seen: set[int] = set()
-    while rise.source_taint and len(hops) < TRUST_PATH_HOPS:
-        source = rise.source
-        if source is None or not is_yours(source, owner_id=chat.owner_id):
-            hops.append({"chat": None, "title": GONE, "taint": rise.source_taint})
-            break
-        hop: dict[str, Any] = {
-            "chat": source.public_id,
-            "title": source.title,
-            "taint": rise.source_taint,
-        }
-        hops.append(hop)
-        behind = rise.source_rise
-        if behind is None or behind.pk in seen:
-            break
-        seen.add(behind.pk)
-        hop.update(_why(behind, paths))
-        rise = behind
-    return hops
 
 
 def _files_after(root: Path, paths: RunPaths) -> dict[str, str]:
