@@ -1,4 +1,4 @@
-"""Whose each persona is, and so which chats may answer with it (issue 30 item 1).
+"""Whose each persona is, and so which chats may answer with it.
 
 A persona holds a model (its engine and address, its keys) and its tools run as the
 owner of the machine. A second account the admin made used to answer with the owner's

@@ -7,7 +7,7 @@ or one message through Redis), its parts are rendered once on
 :data:`RENDER_THREAD`, and the same text goes to each tab, in the order the
 events were numbered. A tab costs one socket write a run of events that shows it
 something, nothing more: no channel-layer message, task wake-up or thread hop of its
-own (issue 17, item 1).
+own.
 
 The renders run on a thread of their own, which keeps its database connection,
 not on the thread Channels gives the views, so a push never queues behind a view

@@ -1,4 +1,4 @@
-"""Which folders each account's chats may work in (issue 30 item 1).
+"""Which folders each account's chats may work in.
 
 Conch may have more accounts than its owner (the admin makes them). None of them may
 point a chat at the owner's files: every account works only beneath the folders the owner

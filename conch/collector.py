@@ -5,7 +5,7 @@ By the time ``conch serve`` listens, that is some 200,000 objects that live as l
 the process does (Django, its apps, Daphne, Twisted, the model SDK, compiled
 templates), and walking them took 100-190 ms on this project's two-core machine: a
 pause that held the GIL and so every request, push and reply in flight, every few
-seconds while requests came in (the inbound door's p99, issue 17).
+seconds while requests came in (it showed in the inbound door's p99).
 
 :func:`settle` collects what start-up left as garbage, then moves everything that is
 left into the permanent generation (:func:`gc.freeze`), which collections never walk:

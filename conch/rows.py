@@ -3,7 +3,7 @@
 A message at the gateway's door (``POST /gateway/inbound``) is a handful of one-row
 statements, and the ORM's work around each was most of the message's cost: building
 the query, compiling it, mapping columns to fields and looking up converters, anew for
-every message. The database's own part was a fraction of that (issue 17, item 2).
+every message. The database's own part was a fraction of that.
 
 - :func:`model_from_row`: a model instance from a row a written-out statement read, each
   value converted as the ORM's compiler converts it (a datetime from SQLite's text, a

@@ -1,5 +1,5 @@
 /*
- * Keys for a request waiting for the person's OK (issue 33, item 4).
+ * Keys for a request waiting for the person's OK.
  *
  * While a request is shown, A presses Approve, S "Approve, and don't ask again" (where it
  * is offered) and D Deny, with whatever reason is typed in its box. Each button carries

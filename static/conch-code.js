@@ -1,5 +1,5 @@
 /*
- * Code blocks in a reply (issue 33, item 5): each gets a bar with its language
+ * Code blocks in a reply: each gets a bar with its language
  * (the data-lang the server wrote) and a Copy button that copies the code as text.
  *
  * - The bar is added here, not by the server: a reply's HTML is cleaned to a short

@@ -1,5 +1,5 @@
 /*
- * The chat list as a drawer, on a narrow screen (issue 33, item 3).
+ * The chat list as a drawer, on a narrow screen.
  *
  * The top bar's button (aria-controls names the sidebar) opens and closes it;
  * conch.css shows the bar and makes the sidebar a drawer only on a narrow

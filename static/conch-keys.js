@@ -1,5 +1,5 @@
 /*
- * Keyboard and focus in the workspace (issue 15, item 7).
+ * Keyboard and focus in the workspace.
  *
  * - After an action whose form carries data-focus-after="<selector>", focus
  *   lands there once its regions are swapped in: the pressed mode after a

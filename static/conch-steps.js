@@ -1,5 +1,5 @@
 /*
- * A reply's steps (issue 15, item 2): each step that has something to show
+ * A reply's steps: each step that has something to show
  * is a <details>; its "± file" chips link to the change of that file.
  *
  * - A chip opens its step and goes to that file's change.

@@ -159,7 +159,7 @@ class Wait(models.Model):
         indexes = [
             models.Index(fields=["state", "kind"], name="wait_state_kind"),
             # Every status and task event asks whether someone waits for its chat or task
-            # (waits.waited_for): by this index, not a scan of the waits (issue 17 item 4).
+            # (waits.waited_for): by this index, not a scan of the waits.
             models.Index(fields=["target_public_id", "state"], name="wait_target"),
         ]
         constraints = [

@@ -93,7 +93,7 @@ LIST_CHATS = Tool(
 
 def _wait_for(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     """The wait is made in the step's last transaction, with the reply letting go (ADR 0134,
-    issue 13 item 8): a crash can't leave a stored wait whose reply is played again."""
+    no crash window): a crash can't leave a stored wait whose reply is played again."""
 
     def begin() -> ToolResult:
         try:

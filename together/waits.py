@@ -262,8 +262,7 @@ def _wait_begin(
 
 def cycle_through(*, waiter: Conversation, target_pk: int) -> list[int] | None:
     """The chats (pks, from the target on) through which ``target`` already waits for
-    ``waiter``, or None: a wait for it would close that cycle, of any length (issue 13
-    item 2). A wait for a task counts as a wait for the task's chat.
+    ``waiter``, or None: a wait for it would close that cycle, of any length. A wait for a task counts as a wait for the task's chat.
 
     One query: every wait still waiting among the owner's chats.
     """
@@ -474,7 +473,7 @@ def _done(wait: Wait, *, target_working: bool | None = None) -> bool:
 
 def _still_yours(wait: Wait) -> bool:
     """The chat waited for is still one the waiter may know about (``is_yours``), checked
-    again at each look and at wake, as messages are before they are read (issue 13 item 3)."""
+    again at each look and at wake, as messages are before they are read."""
     target = wait.target_chat
     return target is not None and is_yours(target, owner_id=wait.waiter.owner_id)
 

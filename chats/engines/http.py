@@ -4,7 +4,7 @@ An ``httpx.Client`` makes a TLS context of its own unless it is given one, and m
 one loads the whole CA bundle: 10-20 ms of CPU with the GIL held, on every model call
 of every reply (the engines make a client per call), even to a plain ``http://``
 loopback server. In a busy server that was a stall for every request and push in
-flight (issue 17: 14% of the server's CPU under load, in ``ssl.create_default_context``).
+flight (14% of the server's CPU under load, in ``ssl.create_default_context``).
 The context is made once, the way httpx makes its default one (certifi's bundle, or
 ``SSL_CERT_FILE``/``SSL_CERT_DIR``), and shared: an ``SSLContext`` may wrap many
 sockets from many threads at once.

@@ -1,4 +1,4 @@
-"""Standing OKs: the person's "approve, and don't ask again in this chat" (issue 33 item 4).
+"""Standing OKs: the person's "approve, and don't ask again in this chat".
 
 A standing OK is for one tool in one chat. For a tool that runs commands it is for how
 a command starts instead (:func:`command_start`): the program and its subcommand

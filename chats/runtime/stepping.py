@@ -261,7 +261,7 @@ def _notes_waiting(turn: Turn, at_start: bool) -> bool:
 def _take_in(turn: Turn, at_start: bool) -> list[str]:
     """Every intake at this boundary (messages, the reader's lines) and the notes carrying
     it, in one transaction under the chat's lock: a message is never marked read, nor its
-    sender's taint carried, without its words written into the chat (issue 13 item 8).
+    sender's taint carried, without its words written into the chat.
 
     Most steps have nothing to take in, and the providers say so first, with no lock and
     no transaction (on SQLite, no turn of its one writer). What comes after they looked is
@@ -485,7 +485,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
 
     with transaction.atomic():
         # must_ask reads the chat as it is now: a wait's wake or a message may have tainted
-        # it in another process since this step began (issue 13 item 1).
+        # it in another process since this step began.
         conversation = Conversation.objects.lock(conversation.pk)
         # A standing OK answers only an ask of Ask mode in a chat that is the person's alone.
         if asks(conversation, tool, args):

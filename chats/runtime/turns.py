@@ -558,7 +558,7 @@ def tasks_make_room() -> list[Task]:
         room = settings.CONCH_SUBAGENT_LANE - running
         waiting = list(
             # of=("self",): the task's chat and parent are joined in, and on PostgreSQL FOR
-            # UPDATE can't reach the nullable side of that outer join (issue 13 item 10).
+            # UPDATE can't reach the nullable side of that outer join.
             Task.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(state__in=[TaskState.QUEUED, TaskState.WAITING_FOR_ROOM])
             .select_related("chat", "parent")

@@ -65,7 +65,7 @@ def _task_status(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     )
     rows = [_task_row(t) for t in tasks]
     # A task's words are an intake: a task that read something from outside taints the
-    # chat that reads its result, before that chat chooses its next action (issue 13 item 1).
+    # chat that reads its result, before that chat chooses its next action.
     for task, row in zip(tasks, rows, strict=True):
         if ("result" in row or "reason" in row) and task.chat and task.chat.taint != Taint.NONE:
             taint_raise(

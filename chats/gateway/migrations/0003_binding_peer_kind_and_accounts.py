@@ -1,4 +1,4 @@
-"""Bindings get a peer kind, and account ids take OpenClaw's meaning (issue 16).
+"""Bindings get a peer kind, and account ids take OpenClaw's meaning.
 
 - ``peer_kind`` is added. A saved peer binding gets the kind its peer has been
   seen as in the sessions' origins (a DM's sender: ``direct``; a group:

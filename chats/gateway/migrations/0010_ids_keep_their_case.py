@@ -1,4 +1,4 @@
-"""Ids keep the case their platform gives them (issue 31 items 1 and 2).
+"""Ids keep the case their platform gives them.
 
 Before, on Slack, Discord, Matrix and Telegram every peer, group and thread id was
 case-folded into session keys and bindings, so two Matrix rooms that differ only by
