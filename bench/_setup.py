@@ -3,7 +3,7 @@
 A throwaway home is removed however the bench ends: when it returns, when it
 fails, on Ctrl-C and on ``kill`` (SIGTERM). Bench stores are big (a
 100,000-chat one is over 100 MB), and 67 left behind once filled /tmp with
-932 MB (issue 17 item 6).
+932 MB.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``run_command`` on a command that prints 100 MB (issue 30 item 4).
+"""``run_command`` on a command that prints 100 MB.
 
 Before, ``communicate()`` held all of it, scrubbed all of it, then cut it: 100 MB took
 92 s and peaked at 427 MB. Now the output is read as it comes and only a bounded head

@@ -37,7 +37,7 @@ through Redis.
     .venv/bin/python bench/bench_events.py [--tabs 1,10,30,100] [--interval 1]
         [--chats 50] [--seconds 20] [--redis]
 
-Goal (issue 17): p50 <= 50 ms and p99 <= 200 ms at 100 tabs with one change a
+Goal: p50 <= 50 ms and p99 <= 200 ms at 100 tabs with one change a
 second. Every server, home, database and Redis key it makes is removed at the
 end, on Ctrl-C too.
 """

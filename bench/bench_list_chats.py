@@ -1,4 +1,4 @@
-"""``list_chats`` on realistic data, at 1,000, 10,000 and 100,000 chats (issue 17 item 3).
+"""``list_chats`` on realistic data, at 1,000, 10,000 and 100,000 chats.
 
 Realistic, as a person's store looks: 5 chats working (each with its open
 reply), 3 that need the person, a fifth of the rest archived, and the last

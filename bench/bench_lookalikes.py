@@ -1,4 +1,4 @@
-"""Issue 13, item 5: the lookalike properties (tests/chats/test_lookalikes.py), 10,000 examples each.
+"""The lookalike properties (tests/chats/test_lookalikes.py), 10,000 examples each.
 
 Prints how many examples ran, the time, and the ratio it is judged by: failures / examples (0).
 

@@ -13,7 +13,7 @@ one step; each message came in with its receipt (``InboundRecord``) and each
 answer went out through the outbox; one session in fifty started a task. So
 a pruned session takes its replies, steps and tasks with it, and the old
 receipts and sent replies are pruned too, as in a store that has been used
-(issue 17 item 6: without them the run was 1.3x quicker than a real one).
+(Without them the run was 1.3x quicker than a real one).
 It is built with bulk inserts into a throwaway CONCH_HOME, with the search
 index's triggers set aside and the index filled once at the end (as a
 migrate would), and each run is a fresh process, so its peak RSS

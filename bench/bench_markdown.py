@@ -1,4 +1,4 @@
-"""Issue 33, item 8: a reply a thousand times longer than usual renders in about a thousand
+"""A reply a thousand times longer than usual renders in about a thousand
 times the time, never in quadratic time, with its maths, task lists and headings.
 
 For each shape of reply, prints the time to render it a hundred and a thousand times
