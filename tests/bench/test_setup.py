@@ -1,4 +1,4 @@
-"""The benches' throwaway homes are removed however a bench ends (issue 17 item 6).
+"""The benches' throwaway homes are removed however a bench ends.
 
 Each case runs a child Python that makes a home with ``bench/_setup.py``, in a
 temporary directory of the test's own (TMPDIR), and ends in one way.

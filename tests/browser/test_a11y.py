@@ -1,4 +1,4 @@
-"""A clean console and an accessible page (issue 15, item 10), in a real browser.
+"""A clean console and an accessible page, in a real browser.
 
 axe-core (vendored, tests/browser/a11y.py) runs on the chat list, a chat with its
 steps and a request for an OK, ADR 0134's cards, the routing playground after a
@@ -119,11 +119,11 @@ def test_axe_finds_a_nameless_button(tab, sign_in, conch_server, owner, agent):
 
 
 # ---------------------------------------------------------------------------
-# Every page, at a desktop's size and a phone's, in light and in dark (issue 33, item 11)
+# Every page, at a desktop's size and a phone's, in light and in dark
 
 SIZES = {"desktop": {"width": 1280, "height": 800}, "phone": {"width": 390, "height": 844}}
 SCHEMES = ("light", "dark")
-# What issue 33 found, judged at any impact: axe calls some of them only moderate or minor.
+# What was once found on these pages, judged at any impact: axe calls some of them only moderate or minor.
 NAMED_RULES = (
     "color-contrast",
     "link-in-text-block",

@@ -1,4 +1,4 @@
-"""Issue 33 item 4 in a real browser: a request's three answers by their keys, each kept
+"""Approvals in a real browser: a request's three answers by their keys, each kept
 in the transcript; a deny's reason reaching the model; the chat's standing OKs listed and
 taken back; diffs numbered and coloured, side by side on a desktop and unified on a phone;
 and axe finding nothing serious with a request shown, at both sizes."""

@@ -1,4 +1,4 @@
-"""A chat list people can organise (issue 33, item 6), in a real browser: the list grouped
+"""A chat list people can organise, in a real browser: the list grouped
 under Today, Yesterday, Previous 7 days and Older in the browser's own days, Pin and
 Unpin live in every tab, a chat that needs you rising to the top and falling back, and
 the search box finding a chat by its title, its words quoted as text."""

@@ -61,7 +61,7 @@ def test_a_fresh_home_connects_a_model_and_gets_a_streamed_answer(
     result = page.locator("#connect-result")
     expect(result).to_contain_text(f"Connected: “qwen2.5-coder:7b” at {loopback_model.base_url}")
     assert Agent.objects.filter(engine="openai").count() == 0, "Test connection saves nothing"
-    assert axe_violations(page) == []  # the page with a server found, a model tried (issue 15)
+    assert axe_violations(page) == []  # the page with a server found, a model tried
 
     result.get_by_role("button", name="Save").click()
     expect(page).to_have_url(f"{connect_server.url}/")

@@ -1,4 +1,4 @@
-"""Finding your chats (issue 15, item 3), in a real browser: the archived chats and
+"""Finding your chats, in a real browser: the archived chats and
 Unarchive, the search box over the chats' words (with htmx and without JavaScript),
 "1 held" in the list, and the tab's title counting what needs you, kept live.
 """

@@ -1,4 +1,4 @@
-"""A phone, a theme, and the gateway's tools out of the way (issue 33, items 3, 12 and 10).
+"""A phone, a theme, and the gateway's tools out of the way.
 
 On a narrow screen the chat list is a drawer behind the top bar's button, and
 nothing scrolls sideways, down to 320 px. On a touch screen Enter makes a new

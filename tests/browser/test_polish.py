@@ -1,4 +1,4 @@
-"""Polish (issue 15, item 9), in a real browser: a 404 in the app's style with a way
+"""Polish, in a real browser: a 404 in the app's style with a way
 back, "Entries" in the admin, and the demo's replies starting on the first visit."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A reply's actions in Chromium (issue 33, item 5): copy it as Markdown, retry it, and
+"""A reply's actions in Chromium: copy it as Markdown, retry it, and
 edit and resend the message it answered; the replaced reply stays readable."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_an_empty_edit_is_refused_and_keeps_the_box(tab, sign_in, conch_server, 
 
 
 # ---------------------------------------------------------------------------
-# A failed model call (issue 33, item 7)
+# A failed model call
 
 
 @pytest.mark.parametrize("size", [{"width": 1280, "height": 800}, {"width": 390, "height": 844}])

@@ -1,4 +1,4 @@
-"""Signing in (issue 15, item 8), in a real browser: a used link while signed in, a
+"""Signing in, in a real browser: a used link while signed in, a
 fresh link from ``conch signin`` for the running server, and the admin's sign-in
 saying how to give the owner a password."""
 

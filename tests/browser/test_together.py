@@ -194,7 +194,7 @@ def test_dismissing_a_held_message_turns_its_card_dismissed_and_starts_nothing(
 def test_pass_it_on_and_dismiss_leave_focus_on_the_next_held_message_then_the_message_box(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
-    """Issue 33, item 9: a press never drops the focus to the page."""
+    """A press never drops the focus to the page."""
     receiver = inbound_set(
         conversation=ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login"),
         inbound=Inbound.HOLD,
@@ -246,7 +246,7 @@ def test_archive_leaves_focus_on_the_button_that_undoes_it(
 def test_the_header_says_what_the_chat_can_do_and_a_passed_on_card_what_comes_next(
     tab, sign_in, conch_server, owner, agent, workspace, size
 ):
-    """Issue 33, item 10: words for people, at both sizes."""
+    """Words for people, at both sizes."""
     receiver = inbound_set(
         conversation=ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login"),
         inbound=Inbound.HOLD,

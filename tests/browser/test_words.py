@@ -1,4 +1,4 @@
-"""Whose words the page shows, and how, in Chromium (issue 15, items 1, 4 and 5)."""
+"""Whose words the page shows, and how, in Chromium."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 15 items 2, 6 and 7 in a real browser: headless Chromium against a real Daphne.
+"""The workspace in use, in a real browser: headless Chromium against a real Daphne.
 
 See before you approve; a message queued behind a running reply, with Cancel;
 keyboard and focus. Scripted replies play in the server's own runner; every
@@ -32,7 +32,7 @@ def focused_id(page) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Item 2: see before you approve
+# See before you approve
 
 
 def test_the_diff_shows_before_the_ok_and_the_step_opens_to_it_after(
@@ -120,7 +120,7 @@ def test_an_opened_step_stays_open_while_the_reply_goes_on(
 
 
 # ---------------------------------------------------------------------------
-# Item 6: a message sent while a reply runs
+# A message sent while a reply runs
 
 
 def test_a_message_sent_while_working_shows_queued_and_can_be_cancelled(
@@ -226,7 +226,7 @@ def test_a_cancel_that_comes_too_late_says_so_even_if_a_push_replaced_its_form(
 
 
 # ---------------------------------------------------------------------------
-# Item 7: keyboard and focus
+# Keyboard and focus
 
 
 def test_an_untitled_new_chat_focuses_the_message_box_and_takes_its_title_from_it(

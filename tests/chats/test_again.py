@@ -1,4 +1,4 @@
-"""Retry the last reply, and edit and resend the person's last message (issue 33, item 5).
+"""Retry the last reply, and edit and resend the person's last message.
 
 The replaced reply stays on the page as an earlier version and leaves what the model
 reads; only the chat's last reply, ended, that the person's own message started may be

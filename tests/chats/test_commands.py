@@ -1,4 +1,4 @@
-"""What a command can reach, and a Stop that stops it (issue 11, items 4, 5 and 9).
+"""What a command can reach, and a Stop that stops it.
 
 The sandbox tests run for real: bubblewrap is installed here and in CI
 (``.ci/run``), and ``CONCH_SANDBOX=required`` makes them fail, not pass
@@ -788,7 +788,7 @@ def test_recovery_never_ends_a_process_older_than_the_group_it_recorded(marker):
 
 
 # ---------------------------------------------------------------------------
-# Issue 30 item 10: with no sandbox, what leaves the group with setsid ends too
+# With no sandbox, what leaves the group with setsid ends too
 
 
 @pytest.mark.django_db(transaction=True)
@@ -837,7 +837,7 @@ def test_without_the_sandbox_a_command_that_ends_leaves_nothing_running(
 
 
 # ---------------------------------------------------------------------------
-# Output that floods (issue 30, item 4): read as it comes, a bounded head and tail kept.
+# Output that floods: read as it comes, a bounded head and tail kept.
 
 
 def test_a_command_that_floods_is_ended_at_the_bound_and_says_so(ctx, mode, settings):

@@ -1,4 +1,4 @@
-"""Issue 30 item 2: the file tools never open Conch's own home, nor another install's.
+"""The file tools never open Conch's own home, nor another install's.
 
 A chat working in ``~`` holds ``~/.conch``: its keys and database are in the chat's folder.
 The sandbox hides the home from commands; the file tools refuse it too, by any road (a

@@ -152,7 +152,7 @@ def test_on_sqlite_the_numbers_are_written_by_the_transaction_itself_just_before
 ):
     """SQLite's writers go one at a time (the write lock is taken at BEGIN), so numbered
     last inside the transaction the numbers are in commit order all the same, and the
-    change and its numbers are one commit, not two (issue 17, item 2)."""
+    change and its numbers are one commit, not two."""
     assert connection.vendor == "sqlite"  # the default suite's database
     chat = ChatFactory(owner=owner)
     before = events.current_seq(owner.pk)

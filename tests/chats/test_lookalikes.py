@@ -1,4 +1,4 @@
-"""Issue 13, item 5: lookalikes can't close Conch's line, speak as Conch, or close a fence.
+"""Lookalikes can't close Conch's line, speak as Conch, or close a fence.
 
 Brackets and quotes are judged by Unicode category (Ps, Pe, Pi, Pf), after NFKC and a
 confusables skeleton (Unicode's confusables data, via confusable_homoglyphs). Hypothesis

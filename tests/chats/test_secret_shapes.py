@@ -2,7 +2,7 @@
 
 The corpus is gitleaks' own true positives (tests/fixtures/gitleaks_samples.json, extracted by
 tests/fixtures/gitleaks_samples.py from gitleaks' rule generators at the commit it names), plus
-the shapes issue 13 found crossing. Every one goes through ``scrub_secrets``, the one entry point.
+the shapes once seen crossing between chats. Every one goes through ``scrub_secrets``, the one entry point.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ NOT_ONE_LINE = {
     'value: "sq0csp-0p9h7g6f4s3s3s3-4a3ardgwa6ADRDJDDKUFYDYDYDY"',  # gitleaks' own rule doesn't find it alone either
 }
 
-# Issue 13: these crossed before. Values made here; the AWS pair's is shaped like AWS's own example.
+# These crossed before. Values made here; the AWS pair's is shaped like AWS's own example.
 ISSUE_SHAPES = {
     "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYzKQ3Lm9Nv8Tq": "wJalrXUtnFEMI",
     "AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYzKQ3Lm9Nv8Tq": "wJalrXUtnFEMI",
@@ -40,7 +40,7 @@ ISSUE_SHAPES = {
     "client.secret=Zx81kQm2Pq0Lw7Rn": "Zx81kQm2",
 }
 
-# Issue 29: secrets in pieces. A private key's second half (body and END, no BEGIN), and a
+# Secrets in pieces. A private key's second half (body and END, no BEGIN), and a
 # token with an invisible inside it: the text and a part of it that must not cross.
 _BODY = (
     "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun\n"
@@ -99,7 +99,7 @@ def test_a_known_secret_in_gitleaks_shapes_is_taken_out(sample):
 
 
 @pytest.mark.parametrize("text,fragment", [*ISSUE_SHAPES.items(), *PIECES_SHAPES.items()])
-def test_the_shapes_issues_13_and_29_found_crossing_are_taken_out(text, fragment):
+def test_the_shapes_once_seen_crossing_are_taken_out(text, fragment):
     out = scrub_secrets(text)
     assert fragment not in out and REDACTED in out
     assert fragment not in quote(out)  # quoted last, the invisible written as a space

@@ -1,4 +1,4 @@
-"""Issue 33 item 4: approvals like the best coding tools. Approve; approve and don't ask
+"""Approvals like the best coding tools. Approve; approve and don't ask
 again in this chat (a standing OK: for the tool, or for how a command starts); Deny with a
 reason the model reads; each press kept in the transcript for the person."""
 

@@ -1,4 +1,4 @@
-"""The collector settled once start-up is done (conch/collector.py, issue 17 item 2).
+"""The collector settled once start-up is done (conch/collector.py).
 
 A full collection walked every object start-up made, 100-190 ms with the GIL held,
 every few seconds under load: bench_inbound's p99 at the door.

@@ -1,4 +1,4 @@
-"""The README's examples do what it says (issue 15, item 9)."""
+"""The README's examples do what it says."""
 
 from __future__ import annotations
 

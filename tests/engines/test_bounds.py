@@ -1,4 +1,4 @@
-"""Issue 30 item 3: a model's answer is bounded as it streams in (chats/limits.py).
+"""A model's answer is bounded as it streams in (chats/limits.py).
 
 A 100 MB answer was kept whole as one entry (a 104 MB page, 1 GB of memory); one answer of
 10,000 write_file calls was queued whole. Now an answer's words are cut at

@@ -1,4 +1,4 @@
-"""Migration 0010: ids keep their case, and no session is merged or lost (issue 31 item 1).
+"""Migration 0010: ids keep their case, and no session is merged or lost.
 
 Rows are written as they were before (keys and bindings folded on Slack, Discord, Matrix
 and Telegram; DM peers kept as given elsewhere), with that state's models; migrating

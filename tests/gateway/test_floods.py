@@ -1,4 +1,4 @@
-"""Inbound floods (issue 30, item 5), tried as a stranger on a chat app would.
+"""Inbound floods, tried as a stranger on a chat app would.
 
 300 DMs from 300 Telegram ids in 20 s used to make 300 chats and 300 model requests.
 Here the same flood, smaller bounds so it runs quickly, through the real webhook door

@@ -1,4 +1,4 @@
-"""Ids keep the case their platform gives them (issue 31 items 1 and 2), at the door.
+"""Ids keep the case their platform gives them, at the door.
 
 Matrix room ids are ``!opaque:server`` and thread roots are event ids ``$opaque``, both
 case-sensitive (Matrix spec, appendices "Room IDs" and "Event IDs"); an iMessage

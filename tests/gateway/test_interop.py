@@ -425,7 +425,7 @@ def test_a_title_no_database_can_store_stops_the_import_naming_the_index(
 
 
 # ---------------------------------------------------------------------------
-# Issue 30 item 8: a transcript is read only from beneath the archive's folder
+# A transcript is read only from beneath the archive's folder
 
 
 @pytest.fixture

@@ -100,7 +100,7 @@ def test_identity_links_merge_one_persons_peers_only_as_far_as_the_dm_scope_allo
 
 
 def test_a_dm_from_alice_on_a_channel_named_linked_is_not_the_linked_alice():
-    """Issue 16's collision: two people, one session, before ``linked`` was reserved."""
+    """The collision: two people, one session, before ``linked`` was reserved."""
     links = {("telegram", "alice-tg"): "alice"}
     linked_alice = message(channel="telegram", peer="alice-tg")
     other_alice = message(channel="linked", peer="alice")
@@ -153,7 +153,7 @@ def who_it_is(inbound, scope, links):
     channel, kind = inbound.channel, inbound.chat_type
 
     # Rooms and threads as their platform gave them; a person's id, and a linked
-    # person's name, lower-cased (issue 31).
+    # person's name, lower-cased.
     if kind == "group":
         return ("group", channel, inbound.group_id)
     if kind == "thread":

@@ -1,4 +1,4 @@
-"""What a maintenance run costs as the store grows (issue 17): each batch seeks by an index
+"""What a maintenance run costs as the store grows: each batch seeks by an index
 rather than reading or sorting the whole table again, so 100,000 sessions take one pass.
 
 ``bench/bench_maintenance.py`` times it; here the plans and the statements are pinned.

@@ -1,4 +1,4 @@
-"""Maintenance never takes what is in use (issue 13, item 9).
+"""Maintenance never takes what is in use.
 
 - A session with a live wait, or with the person's message queued for its next reply, is
   not idle however old: pruning it would lose the wait or the message without a word.

@@ -1,4 +1,4 @@
-"""OpenClaw's own routing and session-key cases, translated one by one (issue 16).
+"""OpenClaw's own routing and session-key cases, translated one by one.
 
 Each case is named after the OpenClaw test it comes from (its ``test(...)`` name)
 and cites the file. The files are openclaw/openclaw's, as stored in the
@@ -13,7 +13,7 @@ reference index:
 - ``SKT``: ``src/routing/__tests__/session-key.test.ts`` @978ec91d80ac2c6faa9b4b02ab45a17878a95694.
 - ``SRC``: ``src/routing/resolve-route.ts`` (its ``tiers`` array: peer, peer.parent,
   peer.wildcard, guild+roles, guild, team, account, channel).
-- Issue 31 added, from the index's newest-looking copies: ``CP``,
+- Then, from the index's newest-looking copies: ``CP``,
   ``src/sessions/session-key-case-preservation.test.ts`` @bd61b76b6f693fe499601dbee0d3822303983a4e
   (with ``src/sessions/session-key-utils.ts`` at the same commit, whose registry keeps
   Signal groups and Matrix rooms as given); the Matrix plugin's
@@ -233,7 +233,7 @@ PEER_KIND_CASES = [
         [("team-room", {"channel": "telegram", "peer": {"kind": "group", "id": "alice"}})],
         dm("telegram", "alice"),
         ("main", "default"),
-        id="issue 16: a group binding never catches a DM from a user with the same id",
+        id="A group binding never catches a DM from a user with the same id",
     ),
     pytest.param(
         [("cron-agent", {"channel": "cron", "peer": {"kind": "cron", "id": "*"}})],
@@ -383,19 +383,19 @@ def test_per_account_channel_peer_keys(account, expected):
             "group:discord:1468834856187203680",
             id=f"{RR}: coerces numeric peer ids to stable session keys",
         ),
-        pytest.param(dm("slack", "U04ABCDEF"), "dm:slack:u04abcdef", id="issue 16: Slack ids fold"),
-        pytest.param(dm("discord", "Alice"), "dm:discord:alice", id="issue 16: Discord ids fold"),
+        pytest.param(dm("slack", "U04ABCDEF"), "dm:slack:u04abcdef", id="Slack ids fold"),
+        pytest.param(dm("discord", "Alice"), "dm:discord:alice", id="Discord ids fold"),
         pytest.param(
             dm("matrix", "@Alice:Example.org"), "dm:matrix:@alice%3Aexample.org",
-            id="issue 16: Matrix ids fold",
+            id="Matrix ids fold",
         ),
         pytest.param(
             dm("telegram", "Alice_Bot"), "dm:telegram:alice_bot",
-            id="issue 16: Telegram usernames fold",
+            id="Telegram usernames fold",
         ),
         pytest.param(
             dm("telegram", "-1001234567890"), "dm:telegram:-1001234567890",
-            id="issue 16: Telegram numeric ids stay as they are",
+            id="Telegram numeric ids stay as they are",
         ),
         pytest.param(
             dm("whatsapp", "Alice"), "dm:whatsapp:alice",
@@ -449,7 +449,7 @@ def test_identity_links_keep_the_account_under_per_account_channel_peer():
 
 
 # ---------------------------------------------------------------------------
-# Case (issue 31): rooms, groups and threads keep the case their platform gave them;
+# Case: rooms, groups and threads keep the case their platform gave them;
 # a person's DM id is lower-cased. From OpenClaw's
 # src/sessions/session-key-case-preservation.test.ts@bd61b76 (CP), its Matrix plugin's
 # extensions/matrix/src/matrix/monitor/threads.ts (MX), session-key.test.ts (SK) and
@@ -497,7 +497,7 @@ def test_case_in_keys(inbound, expected):
 
 
 def test_two_rooms_that_differ_only_by_case_are_two_sessions():
-    """CP: does not collapse two case-distinct rooms to one key (the leak of issue 31)."""
+    """CP: does not collapse two case-distinct rooms to one key (the leak case-folding made)."""
     index = index_of([])
     one = resolve_route(group("matrix", ROOM_A), index=index)
     other = resolve_route(group("matrix", ROOM_A.lower()), index=index)

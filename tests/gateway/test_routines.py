@@ -49,7 +49,7 @@ UTC = dt.UTC
 BERLIN = ZoneInfo("Europe/Berlin")
 NEW_YORK = ZoneInfo("America/New_York")
 
-# What a scripted persona with no script left answers (issue 14: it says how to connect a model).
+# What a scripted persona with no script left answers (It says how to connect a model).
 NO_SCRIPT_LEFT = NO_MODEL.format(persona="Conch")
 
 

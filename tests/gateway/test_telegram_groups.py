@@ -1,4 +1,4 @@
-"""Telegram as groups use it (issue 31 items 3 and 4), on real-shaped updates.
+"""Telegram as groups use it, on real-shaped updates.
 
 Each update is a file in telegram_updates/ (SOURCES.md says where each shape comes
 from); replies go to the Bot API fake (tests/gateway/botapi.py).

@@ -1,4 +1,4 @@
-"""Telegram as its users meet it (issue 19): real-shaped updates in, a Bot API fake that
+"""Telegram as its users meet it: real-shaped updates in, a Bot API fake that
 answers as the real one does out.
 
 Every update posted here is a file in telegram_updates/, and SOURCES.md says

@@ -170,7 +170,7 @@ def test_a_strangers_command_runs_in_the_sandbox_even_with_the_sandbox_off(
 def test_a_strangers_command_sees_the_system_and_its_folder_and_nothing_of_the_owners(
     agent, receive, tmp_path, settings
 ):
-    """Issue 30 item 6: / was mounted read-only, so a stranger's cat printed the owner's file."""
+    """When / was mounted read-only, so a stranger's cat printed the owner's file."""
     own = tmp_path / "bot"
     own.mkdir()
     (own / "faq.txt").write_text("opening hours\n")

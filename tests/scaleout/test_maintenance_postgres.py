@@ -1,13 +1,13 @@
 """Maintenance on the real PostgreSQL.
 
-Two runs at once never over-compact (issue 13, item 9). Every runner starts a maintenance
+Two runs at once never over-compact. Every runner starts a maintenance
 run, so two processes run one at the same time. Here the second has counted a long
 session's entries (700, over the cap of 500) and is held there until the first, in another
 process, has compacted it. Without the re-read under the chat's lock the second folded the
 first one's recap and 200 of the entries the cap keeps.
 
 A used store is pruned by a statement per table, and its old sent replies are found by
-``outbox_finished`` with no sort (issue 17; the SQLite twins are in
+``outbox_finished`` with no sort (the SQLite twins are in
 ``tests/gateway/test_maintenance_cost.py``): what the statements leave satisfies every
 foreign key at commit, and each plan is read here.
 """

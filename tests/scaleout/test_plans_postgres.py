@@ -1,4 +1,4 @@
-"""The plans of what runs often, on the real PostgreSQL (issue 17 items 3 and 4).
+"""The plans of what runs often, on the real PostgreSQL.
 
 The SQLite twins are in ``tests/together/test_cost.py``. Here a child
 ``manage.py shell`` fills a fresh PostgreSQL database with a month of chats

@@ -69,7 +69,7 @@ def test_thirty_concurrent_messages_in_one_chain_deliver_exactly_eight(scaleout)
     assert messages == 8 and rows == 8
 
 
-# Issue 29 item 5: the same race, each message asking to start a reply in its own idle chat.
+# The same race, each message asking to start a reply in its own idle chat.
 CONCURRENT_STARTS = (
     CONCURRENT_SENDS.replace('text=f"hello {n}")', 'text=f"hello {n}", start_reply=True)')
     .replace(
@@ -213,7 +213,7 @@ def test_a_wait_survives_its_server_being_killed_and_still_wakes_its_chat(scaleo
     assert headline["headline"].startswith("“Slow target” ")
 
 
-# Issue 13 item 2: A already waits for B. B (waiting for C) and C (waiting for A) close
+# A already waits for B. B (waiting for C) and C (waiting for A) close
 # the cycle A → B → C → A at the same moment, each in its own thread and connection.
 # Each thread, once it has looked for a cycle and found none, waits (up to 5 s) for the
 # other to have looked too: without the lock that orders one person's waits, both find
@@ -289,7 +289,7 @@ def test_two_chats_closing_a_wait_cycle_at_the_same_moment_one_is_refused(scaleo
     assert len(rows) == 2  # A → B and exactly one of the two: no cycle was stored
 
 
-# Issue 13 item 10: background tasks on PostgreSQL. The parent starts a task with a
+# Background tasks on PostgreSQL. The parent starts a task with a
 # script of its own and waits for it; the runner's loop (drain) plays everything.
 TASK_AND_WAIT = """
 import json

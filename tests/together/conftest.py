@@ -114,7 +114,7 @@ def play_template(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def strangers_get_every_tool(agent):
-    """The persona gives chats with other people every tool (issue 18's set), so that what
+    """The persona gives chats with other people every tool (the gateway's whole set), so that what
     refuses a cross-chat tool in such a chat is ADR 0134's own rule, ``offers_together``."""
     from chats.tools.registry import all_tools
 

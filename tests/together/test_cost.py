@@ -74,7 +74,7 @@ def test_list_chats_runs_at_most_five_queries(crowd, django_assert_max_num_queri
 
 @pytest.fixture
 def a_month_of_chats(owner, agent, workspace):
-    """A store as people have one (issue 17 item 3): 5 chats working, 3 that need you, a
+    """A store as people have one: 5 chats working, 3 that need you, a
     fifth of the rest archived, and the last activity spread over 30 days, so fewer than
     twelve are busy and list_chats must find the recent ones among the many idle ones."""
     now = timezone.now()
@@ -163,7 +163,7 @@ def _waiting(owner, agent, workspace, n: int) -> None:
 def test_the_look_every_30_seconds_is_one_query_whatever_the_number_of_waits(
     n, owner, agent, workspace
 ):
-    """Each wait comes with whether its target still works: no query per wait (issue 17 item 4)."""
+    """Each wait comes with whether its target still works: no query per wait."""
     _waiting(owner, agent, workspace, n)
     with CaptureQueriesContext(connection) as captured:
         woken = waits.waits_check()
@@ -253,7 +253,7 @@ def test_a_reply_that_ends_wakes_the_wait_on_its_chat_or_its_task(task, owner, a
 
 def test_an_event_no_one_waits_for_is_one_indexed_query(owner, agent, workspace):
     """Every status event asks whether someone waits for its chat: by the ``wait_target``
-    index, not by reading every waiting wait (issue 17 item 4)."""
+    index, not by reading every waiting wait."""
     _waiting(owner, agent, workspace, 50)
     nobody = Conversation.objects.create(
         owner=owner, agent=agent, title="Nobody waits", folder=str(workspace)

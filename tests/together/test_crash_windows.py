@@ -1,4 +1,4 @@
-"""Issue 13 item 8: no crash window between what Conch commits and what it tells a chat.
+"""No crash window between what Conch commits and what it tells a chat.
 
 A crash is simulated the way a killed server leaves things: an exception that no
 code catches (``Crash``, a BaseException) raised inside the transaction that

@@ -1,4 +1,4 @@
-"""Issue 13, items 6 and 7: other chats' words framed as theirs, and honest counts and words.
+"""Other chats' words framed as theirs, and honest counts and words.
 
 - stop_chat's reason reaches the stopped chat fenced as another assistant's words, not in
   Conch's line; file names another chat made reach a tool's answer through quoting.
@@ -38,7 +38,7 @@ def frame_of(note: str) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Item 6: other chats' words framed as theirs
+# Other chats' words framed as theirs
 
 
 def test_stop_chats_reason_is_the_other_chats_words_fenced_after_conchs_line(live):
@@ -94,7 +94,7 @@ def test_write_and_edit_answers_name_the_file_through_quoting(live, workspace):
 
 
 # ---------------------------------------------------------------------------
-# Item 7: honest counts
+# Honest counts
 
 
 def test_a_start_reply_message_read_at_a_step_starts_no_reply_and_counts_none(live):
@@ -150,7 +150,7 @@ def test_the_refusal_says_exactly_how_many_replies_started(live):
 
 
 # ---------------------------------------------------------------------------
-# Item 7: honest words
+# Honest words
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Issue 13 item 9 played: ``scenarios/maintenance_keeps_a_waiting_session.json``.
+"""Maintenance never takes what is in use, played: ``scenarios/maintenance_keeps_a_waiting_session.json``.
 
 A Telegram session waits for another chat whose runner died; the clock moves 31 days and
 maintenance runs twice (its hourly sweep, then the restart's). The waiting session is in

@@ -534,7 +534,7 @@ def test_deleting_many_chats_at_once_tells_each_writer_in_a_flat_number_of_queri
 
 def test_no_refusal_a_person_may_read_names_conchs_internals():
     """What a chat is told, and the person sees in its step, is in words: never
-    ``(MESSAGE_LIMITS.same_words_window)`` (issue 33, item 7)."""
+    ``(MESSAGE_LIMITS.same_words_window)``."""
     import re
 
     from together import messages, waits

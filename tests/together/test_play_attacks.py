@@ -1,4 +1,4 @@
-"""Issue 13, items 4 to 7: each defence played as a scenario (scenarios/*.json) and checked on its --json report."""
+"""Each defence played as a scenario (scenarios/*.json) and checked on its --json report."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The person's search box (issue 33, item 6): it finds chats by their titles as well as
+"""The person's search box: it finds chats by their titles as well as
 their words, a title first, and quotes an assistant's words as the page reads them, not
 as the Markdown they were written in; every word escaped, only the match marked."""
 

@@ -1,8 +1,8 @@
-"""Issue 13, item 4: no secret shape crosses between chats, by any path.
+"""No secret shape crosses between chats, by any path.
 
 The corpus is 60+ shapes: two of gitleaks' own true positives from each rule file it has
 samples in (tests/fixtures/gitleaks_samples.json, see tests/fixtures/gitleaks_samples.py), and
-the shapes issue 13 found crossing (tests/chats/test_secret_shapes.py). Each goes through every
+the shapes once seen crossing between chats (tests/chats/test_secret_shapes.py). Each goes through every
 path words take from one chat to another: a message (its stored words, the note the receiver
 reads, the sender's step arguments), a wait that wakes, a wait_for that answers at once,
 read_chat, and search_chats' snippets.

@@ -1,4 +1,4 @@
-"""Issue 13 item 1: taint comes before the first action.
+"""Taint comes before the first action.
 
 ADR 0134: ``stop_chat`` "asks you first in Ask mode, or once the chat asking has
 read something from outside". A reply that takes in a tainted chat's message as

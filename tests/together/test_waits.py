@@ -370,7 +370,7 @@ def test_at_most_five_waits_at_once(live):
         waits.wait_for(waiter=waiter, turn=turn, kind="chat", target_id=targets[5].public_id)
 
 
-# -- issue 13 item 2: no wait cycles of any length -------------------------------
+# -- No wait cycles of any length -------------------------------
 
 
 def _waiting_reply(chat):
@@ -447,7 +447,7 @@ def test_the_refused_wait_is_the_steps_error_and_the_reply_carries_on(live):
     assert Entry.objects.filter(conversation=a, text="carrying on").exists()
 
 
-# -- issue 13 item 3: a wait wakes only with what the waiter may know now --------
+# -- A wait wakes only with what the waiter may know now --------
 
 
 def test_a_chat_someone_elses_words_came_into_since_the_wait_began_reaches_the_waiter_bare(live):

@@ -1,4 +1,4 @@
-"""Issue 30 item 1: a second account controls nothing of the owner's.
+"""A second account controls nothing of the owner's.
 
 The admin can make more accounts. None but the owner (a superuser) and staff sees or
 changes the model the personas answer with, and each account's chats work only beneath

@@ -313,7 +313,7 @@ def test_an_answer_and_a_refetch_say_the_number_read_before_their_regions(
 
 
 # ---------------------------------------------------------------------------
-# Retry and edit (issue 33, item 5)
+# Retry and edit
 
 
 def test_retry_answers_with_the_regions_and_keeps_the_earlier_version(htmx, chat):

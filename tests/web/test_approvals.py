@@ -1,4 +1,4 @@
-"""Issue 33 item 4 on the page: a request's three answers with their keys, the chat's
+"""Approvals on the page: a request's three answers with their keys, the chat's
 standing OKs listed with Take back, and the rules a standing OK keeps: one chat's alone,
 gone with a change of mode, never offered where someone else's words are."""
 

@@ -1,4 +1,4 @@
-"""The chat list people can organise (issue 33, item 6): grouped by the person's own days,
+"""The chat list people can organise: grouped by the person's own days,
 what needs you at the top, and pinning, kept live in every tab."""
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ async def test_an_archived_chat_leaves_the_list(owner, cookie, two_chats):
 
         # Its row, marked gone, through the list, which every page has: conch.js takes
         # it away if the page has it, and a page that never had it misses nothing
-        # (htmx logs a swap that misses its target as an error, issue 15).
+        # (htmx logs a swap that misses its target as an error).
         assert pushed_row(pushed) == f'<li id="row-{two.public_id}" data-gone hidden></li>'
         assert 'id="chat-list"' not in pushed and 'hx-swap-oob="delete"' not in pushed
 

@@ -1,4 +1,4 @@
-"""A push costs the same with one tab open or twenty (issue 17, item 1).
+"""A push costs the same with one tab open or twenty.
 
 Each event is heard once per process and each part of its push rendered once
 (chats/pushes.py), on the render thread, and every tab it goes to gets the

@@ -1,4 +1,4 @@
-"""Maths, task lists and headings in the assistant's words (issue 33, items 8 and 11).
+"""Maths, task lists and headings in the assistant's words.
 
 ``$…$`` and ``$$…$$`` become MathML on the server (chats/markdown.py: dollarmath, then
 latex2mathml, then nh3 last), so the page draws them with no script; ``- [ ]`` and

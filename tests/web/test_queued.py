@@ -1,4 +1,4 @@
-"""Issue 15 item 6: a message sent while a reply runs shows as queued under it, with Cancel."""
+"""A message sent while a reply runs shows as queued under it, with Cancel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every view and action, tried by a second account on the owner's things (issue 30 item 1).
+"""Every view and action, tried by a second account on the owner's things.
 
 The URL list is read from Django's resolver, so a view added later without a line in
 ``EXPECTED`` fails here until someone says what a second account gets from it. Each is

@@ -348,7 +348,7 @@ def test_the_new_chat_form_carries_its_token_for_plain_posts(owner, agent):
 
 
 # ---------------------------------------------------------------------------
-# Issue 30 item 9: the Content-Security-Policy is a header on every response
+# The Content-Security-Policy is a header on every response
 
 
 def _policy(response) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Issue 15 item 2: in Ask mode the person sees what will happen before the OK, and
+"""In Ask mode the person sees what will happen before the OK, and
 after a step runs it opens to show what it said and the diff of each file it changed."""
 
 from __future__ import annotations

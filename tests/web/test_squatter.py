@@ -1,4 +1,4 @@
-"""Issue 30 item 7: a server another account on this computer runs on a usual port.
+"""A server another account on this computer runs on a usual port.
 
 Another local user who binds 11434 first was listed as a model, and choosing it handed
 that user every chat's words and, through its answers, the tools. The page now says which

@@ -1,4 +1,4 @@
-"""Issue 15 item 7: a chat left untitled takes its title from the person's first message."""
+"""A chat left untitled takes its title from the person's first message."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Whose words the page shows, and how (issue 15, items 1, 4 and 5).
+"""Whose words the page shows, and how.
 
 - The assistant's words render as Markdown, made safe (chats/markdown.py).
 - A message from a chat app says who sent it and through which app.

@@ -1,4 +1,4 @@
-"""Issue 29: each defence played as a scenario (scenarios/*.json), checked on its --json report."""
+"""Each defence played as a scenario (scenarios/*.json), checked on its --json report."""
 
 from __future__ import annotations
 

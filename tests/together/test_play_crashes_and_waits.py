@@ -1,19 +1,19 @@
-"""Issue 13 items 8, 1, 2 and 3 played: each scenario's report proves what each chat saw.
+"""Crash windows, taint before the first action and waits, played: each scenario's report proves what each chat saw.
 
-- ``wait_killed_as_it_lets_go.json`` (item 8): the runner dies as a waiting reply lets go,
+- ``wait_killed_as_it_lets_go.json`` (no crash window): the runner dies as a waiting reply lets go,
   and the chat waited for finishes before the reply is played again: the waiter hears how
   it ended once, and its model is given the other chat's last reply once;
-- ``message_read_as_runner_dies.json`` (item 8): the runner dies while a reply takes in
+- ``message_read_as_runner_dies.json`` (no crash window): the runner dies while a reply takes in
   another chat's message (``cut: intake``), as a reply starts and at a busy reply's step:
   after the restart the receiver's model is given the words once, and the sender's card
   never says read while the words are nowhere;
-- ``taint_before_the_first_action.json`` (item 1): a page-reading chat's message starts a
+- ``taint_before_the_first_action.json`` (taint before the first action): a page-reading chat's message starts a
   reply that passes it on; both hops' stop_chat ask the person first, the deploy runs on;
-- ``wait_cycle_of_three.json`` (item 2): a → b → c, and c's wait for a is refused;
-- ``wait_target_taken_by_someone_else.json`` (item 3): the waiter never hears the last reply
+- ``wait_cycle_of_three.json`` (no wait cycles): a → b → c, and c's wait for a is refused;
+- ``wait_target_taken_by_someone_else.json`` (a wait wakes with what the waiter may know): the waiter never hears the last reply
   of a chat someone else's words came into.
 
-Item 10 (tasks on PostgreSQL) can't be played: plays always run on a new SQLite database
+Background tasks on PostgreSQL can't be played: plays always run on a new SQLite database
 (docs/scenarios.md). Its scenario is ``wait_for_task.json`` (a task started and waited
 for), and its PostgreSQL test is in tests/scaleout/test_together_postgres.py.
 """

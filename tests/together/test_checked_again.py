@@ -1,4 +1,4 @@
-"""Issue 29: messages that can no longer be delivered start nothing, approvals are looked at
+"""Messages that can no longer be delivered start nothing, approvals are looked at
 again when they run, and a chain whose replies are spent says so and isn't "on its way in"."""
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def assert_nothing_started(b, held):
 
 
 # ---------------------------------------------------------------------------
-# Item 1: checked again before it starts a reply
+# Checked again before it starts a reply
 
 
 def test_pass_it_on_to_a_chat_that_turned_messages_away_starts_nothing_and_says_why(live):
@@ -133,7 +133,7 @@ def test_pass_it_on_in_words_at_the_door(client, owner, live):
 
 
 # ---------------------------------------------------------------------------
-# Item 2: an approval is looked at again when its step runs
+# An approval is looked at again when its step runs
 
 
 def stop_asked(live):
@@ -222,7 +222,7 @@ def test_deny_then_the_same_call_asks_again(live):
 
 
 # ---------------------------------------------------------------------------
-# Item 5: a chain whose replies are spent
+# A chain whose replies are spent
 
 
 def test_a_message_sent_as_the_chain_spends_its_last_reply_is_told_the_truth(live, monkeypatch):
@@ -273,7 +273,7 @@ def test_a_chat_whose_only_way_in_is_a_spent_chains_message_is_idle_to_a_waiter(
 
 
 # ---------------------------------------------------------------------------
-# Item 6: a wait wakes once, and the runners' 30-second look finds what no event said
+# A wait wakes once, and the runners' 30-second look finds what no event said
 
 
 def a_wait_whose_target_ended_unseen(live):
