@@ -168,3 +168,21 @@ def test_the_timeline_can_be_neither_added_to_changed_nor_deleted_in_the_admin(
     editable = [field for field in fields if b'type="hidden"' not in field]
     assert fields and editable == []  # the row is there, with not one field to change
     assert b"taint_rises-empty" not in body  # and no row to add one
+
+
+@pytest.mark.parametrize(
+    "page",
+    ["admin:index", "admin:chats_conversation_changelist", "admin:chats_agent_add", "admin:login"],
+)
+def test_every_admin_page_says_conch_and_leads_back_to_the_chat_list(client, owner, page):
+    if page != "admin:login":
+        client.force_login(owner)
+    body = client.get(reverse(page)).content.decode()
+
+    title = re.search(r"<title>(.*?)</title>", body, re.S).group(1)
+    assert title.strip().endswith("| Conch admin"), title
+    assert '<a href="/admin/">Conch admin</a>' in body
+    assert "Django" not in title and "Django administration" not in body
+    assert (
+        f'<a class="conch-back" href="{reverse("chats:chat-list")}">Back to your chats</a>' in body
+    )
