@@ -251,8 +251,13 @@ def _databases() -> dict:
             config = dj_database_url.parse(url, conn_max_age=0)
         except Exception as exc:  # the parser raises several kinds
             raise ImproperlyConfigured(f"DATABASE_URL is not a database URL: {exc}") from None
-        if not config.get("ENGINE"):
-            raise ImproperlyConfigured("DATABASE_URL names a database Conch cannot use.")
+        # PostgreSQL is the one database Conch runs several processes on, and psycopg the
+        # one driver it declares: mysql:// would otherwise fail later, as Django's traceback.
+        if config.get("ENGINE") != "django.db.backends.postgresql":
+            raise ImproperlyConfigured(
+                "DATABASE_URL must be a PostgreSQL URL, such as "
+                f"postgres://conch@127.0.0.1:5432/conch (got {url.split(':', 1)[0]}://…)."
+            )
         test_name = _env("CONCH_TEST_DATABASE_NAME")
         if test_name:
             config["TEST"] = {"NAME": test_name}
@@ -335,6 +340,11 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = CONCH_HOME / "static"
 
+# Conch's own logs' level: validated here, as logging's own complaint is a traceback.
+LOG_LEVEL = envchoice(
+    "CONCH_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")
+).upper()
+
 # Every error with its traceback, DEBUG or not: a request's 500 (django.request),
 # an exception that escapes the app, a socket's included (Daphne reports those),
 # and Conch's own. The console says them too, but nobody may be watching it.
@@ -357,11 +367,11 @@ LOGGING = {
         },
     },
     "loggers": {
-        "conch": {"handlers": ["console", "errors"], "level": _env("CONCH_LOG_LEVEL") or "INFO"},
-        "chats": {"handlers": ["console", "errors"], "level": _env("CONCH_LOG_LEVEL") or "INFO"},
+        "conch": {"handlers": ["console", "errors"], "level": LOG_LEVEL},
+        "chats": {"handlers": ["console", "errors"], "level": LOG_LEVEL},
         "together": {
             "handlers": ["console", "errors"],
-            "level": _env("CONCH_LOG_LEVEL") or "INFO",
+            "level": LOG_LEVEL,
         },
         # No level here: their warnings (a 404, a 400) still reach Django's console.
         "django.request": {"handlers": ["errors"]},

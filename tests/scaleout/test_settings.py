@@ -30,6 +30,8 @@ def test_conch_checks_and_migrates_on_postgresql(scaleout_empty):
     [
         ("DATABASE_URL", "nonsense", "DATABASE_URL is not a database URL"),
         ("DATABASE_URL", "postgress://postgres@127.0.0.1/x", "DATABASE_URL is not a database URL"),
+        ("DATABASE_URL", "mysql://conch@127.0.0.1/conch", "DATABASE_URL must be a PostgreSQL URL"),
+        ("CONCH_LOG_LEVEL", "LOUD", "CONCH_LOG_LEVEL must be one of debug, info, warning"),
         ("REDIS_URL", "http://127.0.0.1:6379/0", "REDIS_URL must start with redis://"),
         ("CONCH_SUBAGENT_LANE", "abc", "CONCH_SUBAGENT_LANE must be a whole number"),
         ("CONCH_SUBAGENT_LANE", "0", "CONCH_SUBAGENT_LANE must be at least 1"),
