@@ -12,6 +12,7 @@ is judged by: peak / bytes printed (goal: under 0.05, that is, never held whole)
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -23,7 +24,17 @@ GOAL_RATIO = 0.05
 
 
 def main() -> int:
-    megabytes = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "megabytes",
+        nargs="?",
+        type=int,
+        default=100,
+        help="how much the command prints (default 100)",
+    )
+    megabytes = parser.parse_args().megabytes
     os.environ["CONCH_COMMAND_OUTPUT_MAX_BYTES"] = str((megabytes + 1) * 1024 * 1024)
     os.environ["CONCH_SANDBOX"] = "off"
     home = django_on_fresh_sqlite()

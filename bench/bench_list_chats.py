@@ -18,6 +18,7 @@ in a temporary B-tree instead of reading the index in order.
 
 from __future__ import annotations
 
+import argparse
 import random
 import re
 from datetime import timedelta
@@ -80,6 +81,9 @@ def plans(sqls: list[str]) -> list[str]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # --help, and no other option
     home = django_on_fresh_sqlite()
     from django.db import connection
     from django.test.utils import CaptureQueriesContext

@@ -7,6 +7,7 @@ Prints how many examples ran, the time, and the ratio it is judged by: failures 
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import subprocess
@@ -19,7 +20,13 @@ PROPERTIES = 3  # the @given tests in the module
 
 
 def main() -> int:
-    examples = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "examples", nargs="?", type=int, default=10_000, help="examples a property (default 10,000)"
+    )
+    examples = parser.parse_args().examples
     env = {**os.environ, "CONCH_LOOKALIKE_EXAMPLES": str(examples)}
     started = time.perf_counter()
     run = subprocess.run(

@@ -12,6 +12,7 @@ stream in, so this is paid per word.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ def seconds(text: str) -> float:
 
 
 def main() -> int:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # --help, and no other option
     worst = 0.0
     for text in SHAPES.values():  # the parser built and the code warm before any figure
         render_markdown(text)

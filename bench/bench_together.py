@@ -11,6 +11,8 @@ a month, up to 100,000 chats) is ``bench_list_chats.py``'s to say.
 
 from __future__ import annotations
 
+import argparse
+
 from _setup import django_on_fresh_sqlite, median_ms
 
 CHATS = 10_000
@@ -20,6 +22,9 @@ LISTING_GOAL_MS = 5.0
 
 
 def main() -> None:
+    argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    ).parse_args()  # --help, and no other option
     home = django_on_fresh_sqlite()
     from django.db import connection
     from django.utils import timezone
