@@ -1,4 +1,4 @@
-"""Make the README's screenshots: the chat list (with a held badge) and a chat page
+"""Make the screenshots in docs/screenshots/ (the README's, and docs/tour.md's): the chat list (with a held badge) and a chat page
 (a Markdown reply with code), light and dark; a chat in Ask mode showing the diff
 it asks to make and its three answers; a chat page with ADR 0134's cards (a look at
 the other chats, a held message); and, on a phone, a request and the list's drawer.

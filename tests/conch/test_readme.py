@@ -1,4 +1,7 @@
-"""The README's examples do what it says."""
+"""The README is a page for the person choosing Conch, and the examples it and the docs
+give do what they say. (Its two commands are checked against the lock and CI in
+tests/conch/test_lock.py and tests/conch/test_cli.py; the docs' links, paths, commands
+and variables in tests/conch/test_docs.py.)"""
 
 from __future__ import annotations
 
@@ -7,20 +10,29 @@ import re
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.test import Client
 
 from chats.gateway.models import OutboxMessage
 from chats.gateway.services import gateway_token_rotate
 from chats.models import Conversation
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
+WEBHOOK = (DOCS / "guides" / "chat-apps" / "webhook.md").read_text()
+
+
+def test_the_readme_is_at_most_150_lines_with_one_screenshot_that_exists():
+    assert len(README.splitlines()) <= 150
+    shots = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", README)
+    assert len(shots) == 1
+    assert (REPO / shots[0]).is_file()
 
 
 @pytest.mark.django_db
-def test_the_readmes_curl_example_starts_a_reply_that_nothing_fails_to_send(owner, agent):
-    body = json.loads(re.search(r"-d '(\{[^']+\})'", README).group(1))
-    assert "TOKEN=$(.venv/bin/conch conch_gateway_token --owner owner)" in README
+def test_the_gateway_doors_curl_example_starts_a_reply_that_nothing_fails_to_send(owner, agent):
+    body = json.loads(re.search(r"-d '(\{[^']+\})'", WEBHOOK).group(1))
+    assert "TOKEN=$(.venv/bin/conch conch_gateway_token --owner owner)" in WEBHOOK
     token = gateway_token_rotate(owner=owner)
 
     response = Client().post(
@@ -35,15 +47,8 @@ def test_the_readmes_curl_example_starts_a_reply_that_nothing_fails_to_send(owne
     assert not OutboxMessage.objects.exists()  # no chat app to send to, so nothing to fail
 
 
-def test_every_setting_read_from_the_environment_is_in_the_readmes_table():
-    settings_source = (Path(settings.BASE_DIR) / "conch" / "settings.py").read_text()
-    names = set(re.findall(r'env\w*\("(CONCH_[A-Z_]+)"', settings_source))
-    assert {"CONCH_MODEL_TIMEOUT", "CONCH_TELEGRAM_API_BASE"} <= names
-    missing = sorted(name for name in names if f"| `{name}` |" not in README)
-    assert missing == []
-
-
-def test_the_readme_names_commands_as_installed():
-    assert "manage.py conch_play" not in README
-    assert "conch conch_play" in README
-    assert "for inspecting chats" not in README
+def test_the_readme_and_the_docs_name_commands_as_installed():
+    pages = [README, *(page.read_text() for page in DOCS.rglob("*.md"))]
+    assert not any("manage.py conch_play" in page for page in pages)
+    assert any("conch conch_play" in page for page in pages)
+    assert not any("for inspecting chats" in page for page in pages)

@@ -22,8 +22,8 @@ reference index:
   Conch has no counterpart for are not translated: ``groupScope``, a custom
   ``mainKey``, a per-route or per-binding ``dmScope``, the session store's alias and
   legacy-key lookup, and key parsing (Conch never parses a key back into its parts).
-  Where Conch differs on purpose, the case says "deliberate difference" and the README
-  says why.
+  Where Conch differs on purpose, the case says "deliberate difference" and
+  docs/guides/openclaw.md says why.
 
 OpenClaw's ``binding.match`` becomes a Conch binding: ``peer: {kind, id}`` is
 ``peer_kind`` + ``peer``; its ``matchedBy`` names become Conch's tiers
@@ -409,7 +409,7 @@ def test_case_folding_in_keys(inbound, expected):
 
 def test_one_person_in_two_cases_is_one_session_and_one_binding():
     """OpenClaw lower-cases a DM peer in its key on every channel; Conch also compares a
-    direct binding's peer that way (a deliberate difference, in the README: OpenClaw
+    direct binding's peer that way (a deliberate difference, in docs/guides/openclaw.md: OpenClaw
     compares binding ids as written, so one session could be routed to two agents)."""
     for channel, peer in (("slack", "U04ABC"), ("signal", "Ab"), ("imessage", "Alice@Example.com")):
         index = index_of([("work", {"channel": channel, "peer": {"kind": "direct", "id": peer}})])
@@ -482,7 +482,7 @@ EVENT = "$EvMixedCaseAbCdEfGhIjKlMnOpQrStUvWxYz0"
                      id=f"{CP}: trims whitespace inside a preserved Signal segment"),
         pytest.param(dm("whatsapp", "+15551234567"), "dm:whatsapp:+15551234567",
                      id=f"{RR}: dmScope=per-channel-peer controls direct-message session key isolation"),
-        # Deliberate differences (README, "Where Conch and OpenClaw differ"): OpenClaw
+        # Deliberate differences (docs/guides/openclaw.md, "Where Conch and OpenClaw differ"): OpenClaw
         # lower-cases every other channel's group and thread ids; Conch keeps them all.
         pytest.param(group("telegram", "MixedHandle"), "group:telegram:MixedHandle",
                      id=f"{CP}: lowercases non-enrolled channels [deliberate difference: kept]"),

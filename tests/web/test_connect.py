@@ -359,15 +359,15 @@ def test_a_scripted_chat_still_plays_its_script(signed_in, owner, agent, workspa
     ]
 
 
-def test_the_readmes_model_section_starts_from_this_page():
+def test_the_model_guide_starts_from_this_page():
     from pathlib import Path
 
     from django.urls import reverse
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("\n## Connect a model\n", 1)[1].split("\n## ", 1)[0]
-    first_steps = section.split("### From the command line", 1)[0]
+    guide = Path(__file__).resolve().parents[2] / "docs" / "guides" / "connect-a-model.md"
+    section = guide.read_text()
+    first_steps = section.split("## From the command line", 1)[0]
     assert "**Connect a model**" in first_steps
     assert f"http://127.0.0.1:8000{reverse('chats:connect')}" in first_steps
     assert "**Test connection**" in first_steps and "**Save**" in first_steps
-    assert section.index("### From the command line") < section.index("### In the admin")
+    assert section.index("## From the command line") < section.index("## In the admin")

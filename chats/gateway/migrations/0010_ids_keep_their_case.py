@@ -18,7 +18,7 @@ This migration moves what is stored, without merging or losing a session:
   or thread that was folded gets its case back from a session of that room, else (on
   Slack, whose ids are upper-case) it is upper-cased; a Matrix room binding with no
   session to learn from keeps its folded id, and the admin must write it again as the
-  room id is (the README says so). The routing version moves, so every process
+  room id is (docs/guides/chat-apps/index.md says so). The routing version moves, so every process
   reloads its bindings.
 
 The key's spelling (escaping) is copied here, not imported: a migration must not
