@@ -403,6 +403,10 @@ CONCH_INBOUND_WINDOW_SECONDS = envint("CONCH_INBOUND_WINDOW_SECONDS", 60, minimu
 # a command is refused where it doesn't work) or never (off). See chats/tools/sandbox.py.
 CONCH_SANDBOX = envchoice("CONCH_SANDBOX", "auto", ("auto", "off", "required"))
 CONCH_SANDBOX_BWRAP = _env("CONCH_SANDBOX_BWRAP") or "bwrap"
+# Tools from MCP servers (chats/mcp/client.py): how long one call may take, and how long
+# a server with no call in flight is kept before it is ended (started again when needed).
+CONCH_MCP_CALL_SECONDS = envfloat("CONCH_MCP_CALL_SECONDS", 120.0, minimum=0.1)
+CONCH_MCP_IDLE_SECONDS = envfloat("CONCH_MCP_IDLE_SECONDS", 300.0, minimum=1.0)
 CONCH_TURN_LEASE_SECONDS = envint("CONCH_TURN_LEASE_SECONDS", 60, minimum=2)
 CONCH_WEBSOCKET_TIMEOUT = envint("CONCH_WEBSOCKET_TIMEOUT", 24 * 3600, minimum=60)
 # fetch_page: reading a web page as text. Private, loopback and link-local addresses
