@@ -89,8 +89,8 @@ STDERR_TAIL_CHARS = 2_000
 STDERR_SETTLE_SECONDS = 1.0
 # Keys and the persona's values shorter than this are left in words: "1" is not a secret.
 KNOWN_SECRET_MIN = 8
-# The longest the loop itself waits between two looks for idle servers.
-IDLE_LOOK_MAX_SECONDS = 30.0
+# How often the loop itself looks for idle servers.
+IDLE_LOOK_SECONDS = 1.0
 
 ERR_SANDBOX_REQUIRED = (
     "CONCH_SANDBOX is 'required' and the sandbox does not work on this computer ({why}), "
@@ -243,6 +243,7 @@ class _Server:
         self.sandboxed = False
         self.failure = ""  # why it did not start, or why it ended
         self.refused = ""  # the whole words, when it was not even started
+        self.http_status = ""  # http: the last refusal its address answered
         self.ready = asyncio.Event()  # started, or failed to
         self.closing = asyncio.Event()  # asked to end
         self.done = asyncio.Event()  # ended
@@ -399,8 +400,15 @@ async def _serve(server: _Server, start_seconds: float) -> None:
                 )
             else:
                 headers = {"Authorization": f"Bearer {spec.key_secret}"} if spec.key_secret else {}
+
+                async def heard(response: httpx2.Response) -> None:
+                    if response.status_code >= 400:
+                        server.http_status = f"{response.status_code} {response.reason_phrase}"
+
                 client = httpx2.AsyncClient(
-                    headers=headers, timeout=httpx2.Timeout(30.0, read=start_seconds + 30.0)
+                    headers=headers,
+                    timeout=httpx2.Timeout(30.0, read=start_seconds + 30.0),
+                    event_hooks={"response": [heard]},
                 )
                 await stack.enter_async_context(client)
                 streams = await stack.enter_async_context(
@@ -423,6 +431,8 @@ async def _serve(server: _Server, start_seconds: float) -> None:
                 server.failure = f"it did not answer within {start_seconds:g} s."
             else:
                 server.failure = _reason(exc)
+            if server.http_status:
+                server.failure += f" Its address answered {server.http_status}."
         elif not server.closing.is_set():
             logger.info("MCP server %r ended: %s", spec.name, server.words(_reason(exc)))
         if isinstance(exc, asyncio.CancelledError):
@@ -739,9 +749,7 @@ async def _close_idle(now: float | None) -> None:
 
 async def _look_for_idle() -> None:
     while True:
-        await asyncio.sleep(
-            min(max(settings.CONCH_MCP_IDLE_SECONDS / 2, 1.0), IDLE_LOOK_MAX_SECONDS)
-        )
+        await asyncio.sleep(IDLE_LOOK_SECONDS)
         try:
             await _close_idle(None)
         except Exception:

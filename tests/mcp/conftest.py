@@ -100,9 +100,9 @@ def marked(name: str = "everything") -> str:
 
 def with_mark(pid: int, mark: str) -> bool:
     try:
-        return f"CONCH_TEST_MARK={mark}".encode() in Path(
-            f"/proc/{pid}/environ"
-        ).read_bytes().split(b"\0")
+        return f"MCP_TEST_MARK={mark}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(
+            b"\0"
+        )
     except OSError:
         return False
 
@@ -162,7 +162,7 @@ class Everything:
     url: str = ""
 
     def stdio(self, mark: str, **fields) -> client.ServerSpec:
-        env = {"CONCH_TEST_MARK": mark, **fields.pop("env", {})}
+        env = {"MCP_TEST_MARK": mark, **fields.pop("env", {})}
         return client.ServerSpec(
             key=fields.pop("key", mark),
             name=fields.pop("name", "everything"),
@@ -237,7 +237,7 @@ def python_server(name: str, *args: str, folder: Path, mark: str, **fields) -> c
         name=name,
         transport="stdio",
         command=(str(VENV_BIN / name), *args),
-        env={"CONCH_TEST_MARK": mark},
+        env={"MCP_TEST_MARK": mark},
         folder=str(folder),
         **fields,
     )
