@@ -124,7 +124,8 @@ class ServerSpec:
     name: str  # the person's name for it, for words
     transport: Literal["stdio", "http"]
     command: tuple[str, ...] = ()  # stdio: argv
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # stdio: extra
+    # stdio: extra environment, on top of the commands' short one (not hashed: a mapping)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     url: str = ""  # http: the streamable-HTTP endpoint
     key_secret: str = field(default="", repr=False)  # http: a bearer key, never in words
     folder: str = ""  # stdio: where it runs

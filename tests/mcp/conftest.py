@@ -33,6 +33,7 @@ EVERYTHING = Path("node_modules/@modelcontextprotocol/server-everything/dist/ind
 STAMP = "conch-lock.sha256"  # in node_modules: the lock it was installed from
 VENV_BIN = Path(sys.executable).parent
 NPM_SECONDS = 600
+NODE = shutil.which("node") or "node"
 
 
 def _lock_hash() -> str:
@@ -167,7 +168,7 @@ class Everything:
             key=fields.pop("key", mark),
             name=fields.pop("name", "everything"),
             transport="stdio",
-            command=("/usr/bin/node", str(self.home / EVERYTHING), "stdio"),
+            command=(NODE, str(self.home / EVERYTHING), "stdio"),
             env=env,
             folder=str(fields.pop("folder", self.home)),
             **fields,
@@ -195,7 +196,7 @@ def everything_http(everything_home) -> Iterator[str]:
     port = _free_port()
     env = {"PATH": os.defpath, "PORT": str(port), "HOME": str(everything_home)}
     process = subprocess.Popen(
-        ["/usr/bin/node", str(everything_home / EVERYTHING), "streamableHttp"],
+        [NODE, str(everything_home / EVERYTHING), "streamableHttp"],
         cwd=everything_home,
         env=env,
         stdin=subprocess.DEVNULL,

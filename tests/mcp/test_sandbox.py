@@ -18,7 +18,7 @@ from django.conf import settings as django_settings
 from chats.mcp import client
 from chats.quoting import REDACTED
 from chats.tools import sandbox
-from tests.mcp.conftest import EVERYTHING, marked, marked_processes, servers_started
+from tests.mcp.conftest import EVERYTHING, NODE, marked, marked_processes, servers_started
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +44,7 @@ def the_server(mark: str) -> int:
         pid
         for pid in marked_processes(mark)
         if str(EVERYTHING).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-        and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"/usr/bin/node")
+        and Path(f"/proc/{pid}/cmdline").read_bytes().startswith(NODE.encode())
     ]
     return pid
 
