@@ -534,8 +534,10 @@ async def _run(
             server.in_flight += 1
             try:
                 result = await what(session)
-            except MCPError as exc:
-                if exc.code == mcp_types.CONNECTION_CLOSED:
+            except Exception:
+                # A server that no longer answers (it exited, or its address forgot the
+                # session) is started afresh at the next call rather than failing them all.
+                if not await _answers(server):
                     await _close(server)
                 raise
             finally:

@@ -15,7 +15,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from chats.mcp import client
 from chats.tools import sandbox
-from tests.mcp.conftest import marked, marked_processes, servers_started, wait_for
+from tests.mcp.conftest import kill_marked, marked, marked_processes, servers_started, wait_for
 
 LONG = "trigger-long-running-operation"
 
@@ -297,3 +297,15 @@ def test_an_http_server_gets_its_key_and_its_refusal_is_words_without_it(refusin
     assert failed.value.words.startswith("The MCP server 'tracker' did not start: ")
     assert "401" in failed.value.words
     assert key not in failed.value.words
+
+
+def test_a_server_that_died_is_started_again_at_the_next_call(everything):
+    mark = marked()
+    spec = everything.stdio(mark)
+    client.call_tool(spec, "echo", {"message": "one"})
+    [first] = servers_started(mark)
+    kill_marked(mark)
+    assert wait_for(lambda: not marked_processes(mark), 5)
+
+    assert client.call_tool(spec, "echo", {"message": "two"}).text == "Echo: two"
+    assert servers_started(mark) not in ([], [first])
