@@ -14,7 +14,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.forms.utils import pretty_name
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from chats.engines import engine_names
 from chats.forms import WriteOnlySecretMixin
@@ -24,6 +24,10 @@ from chats.models import (
     Conversation,
     Entry,
     FolderRoot,
+    McpServer,
+    McpStatus,
+    McpTool,
+    McpTransport,
     Origin,
     QueuedInput,
     SignInToken,
@@ -34,6 +38,15 @@ from chats.models import (
     Turn,
 )
 from chats.runtime.connect import model_test
+from chats.tools.mcptools import (
+    ERR_SERVER_NAME,
+    ERR_URL_FOR_HTTP,
+    SERVER_NAME,
+    command_parse,
+    command_shown,
+    discover,
+    env_parse,
+)
 from chats.tools.registry import (
     FOLDER_FAMILIES,
     all_tools,
@@ -129,6 +142,229 @@ class AuthProfileInline(NamedInputsInline):
     extra = 0
     fields = ["name", "provider", "secret", "masked"]
     readonly_fields = ["masked"]
+
+
+ERR_COMMAND_FOR_STDIO = "A server started by a command needs the command."
+ENV_CLEAR = "-"
+
+
+class McpServerForm(WriteOnlySecretMixin, forms.ModelForm):
+    """A persona's MCP server: its command as words, its key and environment write-only."""
+
+    command = forms.CharField(
+        required=False,
+        max_length=4_000,
+        help_text="For a command: as you would type it (uvx mcp-server-git), or a JSON list. "
+        "It runs in the chat's folder, in the sandbox commands run in.",
+    )
+    secret = forms.CharField(
+        label="Key",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="For an address: sent as its bearer key. Leave empty to keep the current one.",
+    )
+    env = forms.CharField(
+        label="Environment",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="For a command: NAME=value lines it is given, sealed like every secret. "
+        f"Leave empty to keep them; “{ENV_CLEAR}” alone removes them.",
+    )
+
+    class Meta:
+        model = McpServer
+        fields = ["name", "transport", "command", "url", "secret", "env", "enabled"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            try:
+                self.initial["command"] = command_shown(command_parse(self.instance.command))
+            except ValueError:
+                self.initial["command"] = ""
+            self.initial["env"] = ""
+            try:
+                names = sorted(env_parse(self.instance.env))
+            except ValueError:
+                names = []
+            if names:
+                self.fields["env"].help_text += " Now set: " + ", ".join(names) + "."
+
+    def clean_name(self) -> str:
+        name = (self.cleaned_data.get("name") or "").strip()
+        if not SERVER_NAME.match(name):
+            raise forms.ValidationError(ERR_SERVER_NAME)
+        return name
+
+    def clean_env(self) -> str:
+        text = self.cleaned_data.get("env") or ""
+        if text.strip() == ENV_CLEAR:
+            return ""
+        if not text.strip() and self.instance.pk:
+            return self.instance.env
+        try:
+            env_parse(text)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return text.strip()
+
+    def clean(self):
+        super().clean()
+        cleaned = self.cleaned_data
+        transport = cleaned.get("transport")
+        raw = cleaned.get("command") or ""
+        if transport == McpTransport.STDIO:
+            try:
+                cleaned["command"] = command_parse(raw)
+            except ValueError as exc:
+                self.add_error("command", str(exc))
+        else:
+            cleaned["command"] = []  # reached by its address: no command
+            url = (cleaned.get("url") or "").strip()
+            if not url.lower().startswith(("http://", "https://")):
+                self.add_error("url", ERR_URL_FOR_HTTP)
+        return cleaned
+
+
+def _status_shown(server: McpServer) -> str:
+    if not server.pk:
+        return "–"
+    when = f" ({server.checked_at:%Y-%m-%d %H:%M})" if server.checked_at else ""
+    words = f": {server.status_words}" if server.status_words else ""
+    return f"{server.get_status_display()}{when}{words}"
+
+
+def _tools_shown(server: McpServer) -> str:
+    """Its tools as listed: name, what the owner ticked, and the server's description."""
+    if not server.pk:
+        return "–"
+    rows = list(server.tools.all())
+    if not rows:
+        return "No tools listed yet."
+
+    def ticks(tool: McpTool) -> str:
+        said = []
+        if tool.problem:
+            return f"not offered: {tool.problem}"
+        said.append("your chats" if tool.for_owner else "not in your chats")
+        if tool.for_strangers:
+            said.append("other people's chats")
+        said.append("asks first" if tool.asks_first else "doesn't ask")
+        if tool.read_only:
+            said.append("read-only")
+        return ", ".join(said)
+
+    return format_html(
+        '<ul class="mcp-tools">{}</ul>',
+        format_html_join(
+            "",
+            "<li><code>{}</code> ({}): {}</li>",
+            ((tool.call_name, ticks(tool), tool.description or tool.title) for tool in rows),
+        ),
+    )
+
+
+class McpServerInline(admin.StackedInline):
+    """A persona's MCP servers, on its page; each server's page ticks its tools."""
+
+    model = McpServer
+    form = McpServerForm
+    extra = 0
+    show_change_link = True
+    fields = [
+        "name",
+        "transport",
+        "command",
+        "url",
+        "secret",
+        "env",
+        "enabled",
+        "status_shown",
+        "tools_shown",
+    ]
+    readonly_fields = ["status_shown", "tools_shown"]
+    verbose_name_plural = "MCP servers (their tools are ticked on each server's page)"
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        name_each_input(formset.form, by_label=False)
+        return formset
+
+    @admin.display(description="Status")
+    def status_shown(self, server: McpServer) -> str:
+        return _status_shown(server)
+
+    @admin.display(description="Tools")
+    def tools_shown(self, server: McpServer) -> str:
+        return _tools_shown(server)
+
+
+class McpToolInline(NamedInputsInline):
+    model = McpTool
+    extra = 0
+    can_delete = False
+    fields = [
+        "call_name",
+        "title",
+        "description",
+        "read_only",
+        "problem",
+        "for_owner",
+        "for_strangers",
+        "asks_first",
+    ]
+    readonly_fields = ["call_name", "title", "description", "read_only", "problem"]
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False  # the server lists its tools; the owner only ticks them
+
+
+@admin.register(McpServer)
+class McpServerAdmin(NamedInputsAdmin):
+    """One MCP server: its settings, its status in its own words, and its tools' ticks.
+
+    Saving lists its tools again (``tools/list``).
+    """
+
+    form = McpServerForm
+    list_display = ["name", "agent", "transport", "enabled", "status", "checked_at"]
+    list_filter = ["status", "transport", "enabled"]
+    inlines = [McpToolInline]
+    fields = [
+        "agent",
+        "name",
+        "transport",
+        "command",
+        "url",
+        "secret",
+        "env",
+        "enabled",
+        "status_shown",
+    ]
+    readonly_fields = ["status_shown"]
+
+    @admin.display(description="Status")
+    def status_shown(self, server: McpServer) -> str:
+        return _status_shown(server)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change, **kwargs)
+        form.base_fields["agent"].help_text = "The persona whose chats get its tools."
+        return form
+
+    def save_related(self, request, form, formsets, change) -> None:
+        super().save_related(request, form, formsets, change)
+        if form.instance.enabled:
+            _discover_said(self, request, form.instance)
+
+
+def _discover_said(model_admin, request, server: McpServer) -> None:
+    """List a server's tools, and say in the admin how it went."""
+    server = discover(server)
+    if server.status == McpStatus.FAILING:
+        model_admin.message_user(
+            request, f"{server.name}: failing: {server.status_words}", messages.WARNING
+        )
 
 
 # The model endpoint's settings, each kept under its key in Agent.engine_config.
@@ -300,8 +536,14 @@ class AgentAdmin(NamedInputsAdmin):
     search_fields = ["slug", "name", "workspace"]
     # Another app that adds a persona's records subclasses this and registers its own
     # (the gateway's adds bindings), so this module never imports it.
-    inlines = [AuthProfileInline]
+    inlines = [AuthProfileInline, McpServerInline]
     actions = ["check_connection"]
+
+    def save_related(self, request, form, formsets, change) -> None:
+        """Saved with its MCP servers: each enabled one lists its tools (``tools/list``)."""
+        super().save_related(request, form, formsets, change)
+        for server in form.instance.mcp_servers.filter(enabled=True):
+            _discover_said(self, request, server)
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         base = kwargs.get("form", self.form)

@@ -9,6 +9,10 @@ class ChatsConfig(AppConfig):
 
     def ready(self) -> None:
         from chats import hooks
+        from chats.tools import mcptools
+
+        # First: no tool of Conch's may then take a name of the persona's MCP tools.
+        mcptools.register()
         from chats.tools import tasks, workspace  # noqa: F401  workspace registers its tools on import
 
         tasks.register_tools()

@@ -534,6 +534,9 @@ class Step(models.Model):
     sandboxed = models.BooleanField(
         null=True, blank=True, help_text="For a command: whether it ran in the sandbox."
     )
+    progress = models.CharField(
+        max_length=300, blank=True, help_text="What a running step last said of its progress."
+    )
 
     class Meta:
         ordering = ["turn_id", "number"]
@@ -723,3 +726,126 @@ class EventStream(models.Model):
 
     def __str__(self) -> str:
         return f"events for {self.owner} at {self.seq}"
+
+
+class McpTransport(models.TextChoices):
+    STDIO = "stdio", "a command (stdio)"
+    HTTP = "http", "an address (streamable HTTP)"
+
+
+class McpStatus(models.TextChoices):
+    UNCHECKED = "unchecked", "not checked yet"
+    OK = "ok", "ok"
+    FAILING = "failing", "failing"
+
+
+class McpServer(models.Model):
+    """A Model Context Protocol server a persona takes tools from (``chats.tools.mcptools``).
+
+    Either a command Conch starts (stdio), run in the sandbox in the chat's folder, or a
+    streamable-HTTP address with an optional key. The key and the environment it is given
+    are sealed at rest, like every other secret. Its tools are listed when the persona is
+    saved and when the server says its list changed; a server that fails is shown failing
+    with its own words, and none of its tools is offered.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.CharField(
+        max_length=24,
+        help_text="A short name: small letters, digits and dashes (git, issues). "
+        "Its tools are called mcp__<name>__<tool>.",
+    )
+    transport = models.CharField(
+        max_length=8, choices=McpTransport.choices, default=McpTransport.STDIO
+    )
+    command = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="For a command: the program and its arguments, run in the chat's folder.",
+    )
+    url = models.CharField(max_length=2_000, blank=True, help_text="For an address: its URL.")
+    # Sealed at rest with the secrets key (chats.secretbox), as auth profiles' secrets are.
+    secret = EncryptedTextField(blank=True, verbose_name="key")
+    env = EncryptedTextField(
+        blank=True,
+        verbose_name="environment",
+        help_text="NAME=value lines the command is given, on top of the sandbox's own.",
+    )
+    enabled = models.BooleanField(default=True)
+    status = models.CharField(max_length=12, choices=McpStatus.choices, default=McpStatus.UNCHECKED)
+    status_words = models.TextField(
+        blank=True, help_text="What went wrong, in the server's own words where it gave any."
+    )
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["agent_id", "name"]
+        verbose_name = "MCP server"
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "name"], name="mcp_server_name_per_agent")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent.slug}:{self.name}"
+
+    @property
+    def masked(self) -> str:
+        return secret_masked(self.secret)
+
+    def env_values(self) -> list[str]:
+        """The values of its ``NAME=value`` lines, as they are (checked when saved)."""
+        return [line.partition("=")[2] for line in (self.env or "").splitlines() if "=" in line]
+
+
+def mcp_secrets(agent: Agent | None = None) -> list[str]:
+    """MCP servers' keys and environment values (one persona's, or every persona's): taken
+    from a tool's result before it is kept, and from words leaving a chat."""
+    rows = McpServer.objects.exclude(secret="", env="")
+    if agent is not None:
+        rows = rows.filter(agent=agent)
+    values: list[str] = []
+    for server in rows.only("secret", "env"):
+        values.append(server.secret)
+        values += [value for value in server.env_values() if len(value) >= 4]
+    return [value for value in values if value]
+
+
+class McpTool(models.Model):
+    """One tool a server listed, as it described it, and the owner's ticks for it."""
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=200, help_text="The server's own name for it.")
+    call_name = models.CharField(
+        max_length=64, help_text="The name a chat's model calls it by: mcp__<server>__<tool>."
+    )
+    title = models.CharField(max_length=200, blank=True)
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(default=dict, blank=True)
+    read_only = models.BooleanField(
+        default=False, help_text="The server marks it read-only (readOnlyHint)."
+    )
+    problem = models.TextField(
+        blank=True, help_text="Why it is not offered (its schema can't be read), or empty."
+    )
+    for_owner = models.BooleanField(
+        default=True, verbose_name="in your chats", help_text="Offered in your own chats."
+    )
+    for_strangers = models.BooleanField(
+        default=False,
+        verbose_name="in other people's chats",
+        help_text="Offered in chats with someone else's words (none by default).",
+    )
+    asks_first = models.BooleanField(
+        default=True,
+        help_text="Asks you first: in Ask mode, and in other people's chats every time.",
+    )
+
+    class Meta:
+        ordering = ["server_id", "name"]
+        verbose_name = "MCP tool"
+        constraints = [
+            models.UniqueConstraint(fields=["server", "name"], name="mcp_tool_name_per_server")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.server}/{self.name}"

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from confusable_homoglyphs.confusables import confusables_data
 
 from chats.limits import LIMITS
-from chats.models import Agent, AuthProfile
+from chats.models import Agent, AuthProfile, mcp_secrets
 from chats.secretshapes import secret_spans
 
 __all__ = [
@@ -474,7 +474,7 @@ def known_secrets(
     agent: Agent | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[str, ...]:
     """Secret values Conch holds: Django's key, the secrets keys, secret-named variables, the
-    persona's auth profiles.
+    persona's auth profiles, its MCP servers' keys and the environment they are given.
 
     For :func:`scrub_secrets`'s ``known``: a command's output that prints one of
     them exactly is caught even when it has no key's shape.
@@ -492,12 +492,15 @@ def known_secrets(
     ]
     if agent is not None and agent.pk is not None:
         values += list(agent.auth_profiles.exclude(secret="").values_list("secret", flat=True))
+        values += mcp_secrets(agent)
     return tuple(v for v in values if v)
 
 
 def profile_secrets() -> tuple[str, ...]:
-    """The values every persona holds as passwords: each auth profile's secret."""
-    return tuple(AuthProfile.objects.exclude(secret="").values_list("secret", flat=True))
+    """The values every persona holds as passwords: each auth profile's secret, each MCP
+    server's key and the environment it is given."""
+    profiles = AuthProfile.objects.exclude(secret="").values_list("secret", flat=True)
+    return (*profiles, *mcp_secrets())
 
 
 def clean(text: str) -> str:

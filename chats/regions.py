@@ -191,7 +191,7 @@ def allowed_context(*, conversation: Conversation, pending: Turn | None) -> dict
     offer = None
     if pending is not None and pending.pending_action:
         try:
-            tool = get_tool(pending.pending_action["tool"])
+            tool = get_tool(pending.pending_action["tool"], conversation.agent)
         except ToolError:
             pass  # a tool no longer registered: Approve says so, and nothing is offered
         else:

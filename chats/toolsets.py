@@ -21,8 +21,12 @@ from pathlib import Path
 
 from django.conf import settings
 
-from chats.models import Agent, Conversation, Origin, Taint
+from chats.models import Agent, Conversation, McpStatus, McpTool, Origin, Taint
 from chats.refusals import NO_FOLDER_OF_ITS_OWN, NOT_IN_SET
+
+# A persona's tools from its MCP servers are named mcp__<server>__<tool> (chats.tools.mcptools);
+# none of Conch's own may be. Each is in a set only where the owner ticked it for that set.
+MCP_PREFIX = "mcp__"
 
 OWNERS = "owner"
 STRANGERS = "strangers"
@@ -55,8 +59,12 @@ class ToolSet:
     folder_refused: bool = False
     # Commands run in the sandbox or not at all, whatever CONCH_SANDBOX says.
     sandbox_required: bool = False
+    # The persona's MCP tools ticked for this set; the only ones of theirs it allows.
+    mcp: frozenset[str] = frozenset()
 
     def allows(self, tool_name: str) -> bool:
+        if tool_name.startswith(MCP_PREFIX):
+            return tool_name in self.mcp
         return self.names is None or tool_name in self.names
 
     def refusal(self, tool_name: str, *, uses_folder: bool) -> str:
@@ -77,9 +85,9 @@ class ToolSet:
         """The set in a few words, as the chat page and the playground show it."""
         if self.names is None:
             return "every tool"
-        if not self.names:
+        if not self.names and not self.mcp:
             return WORDS_ONLY
-        return ", ".join(sorted(self.names))
+        return ", ".join(sorted(self.names | self.mcp))
 
 
 def has_someone_elses_words(conversation: Conversation) -> bool:
@@ -88,6 +96,7 @@ def has_someone_elses_words(conversation: Conversation) -> bool:
 
 def tool_set(agent: Agent, *, for_strangers: bool) -> ToolSet:
     """The persona's set for its owner's chats, or for chats with other people."""
+    mcp, mcp_asking = _mcp_ticked(agent, for_strangers=for_strangers)
     if not for_strangers:
         allowed = agent.allowed_tools or []
         return ToolSet(
@@ -95,6 +104,7 @@ def tool_set(agent: Agent, *, for_strangers: bool) -> ToolSet:
             why=WHY_OWNERS,
             persona=agent.slug,
             names=frozenset(allowed) if allowed else None,
+            mcp=mcp,
         )
     folder = agent.workspace
     return ToolSet(
@@ -102,11 +112,28 @@ def tool_set(agent: Agent, *, for_strangers: bool) -> ToolSet:
         why=WHY_STRANGERS,
         persona=agent.slug,
         names=frozenset(agent.stranger_tools or []),
-        ask_first=frozenset(agent.stranger_tools_ask_first or []),
+        # An MCP tool that asks first asks the owner each time in other people's chats.
+        ask_first=frozenset(agent.stranger_tools_ask_first or []) | mcp_asking,
         folder=folder,
         folder_refused=is_owners_default_workspace(folder),
         sandbox_required=True,
+        mcp=mcp,
     )
+
+
+def _mcp_ticked(agent: Agent, *, for_strangers: bool) -> tuple[frozenset[str], frozenset[str]]:
+    """The persona's MCP tools ticked for this set, and of those the ones that ask first.
+
+    Only a working server's tools whose schema could be read: a failing server offers none.
+    """
+    if agent.pk is None:
+        return frozenset(), frozenset()
+    rows = McpTool.objects.filter(
+        server__agent_id=agent.pk, server__enabled=True, server__status=McpStatus.OK, problem=""
+    )
+    rows = rows.filter(for_strangers=True) if for_strangers else rows.filter(for_owner=True)
+    found = list(rows.values_list("call_name", "asks_first"))
+    return frozenset(n for n, _ in found), frozenset(n for n, asks in found if asks)
 
 
 def tool_set_for(conversation: Conversation) -> ToolSet:

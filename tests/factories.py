@@ -265,6 +265,8 @@ def agent_admin_form(agent, **fields) -> dict:
         "auth_profiles-INITIAL_FORMS": "0",
         "bindings-TOTAL_FORMS": "0",
         "bindings-INITIAL_FORMS": "0",
+        "mcp_servers-TOTAL_FORMS": "0",
+        "mcp_servers-INITIAL_FORMS": "0",
     }
     if agent.is_default:
         data["is_default"] = "on"

@@ -21,6 +21,7 @@ from typing import Any
 
 from chats.engines.base import Ask, Decision, End, EngineError, EngineInput, Fail, Say, ToolCall
 from chats.tools.registry import ToolError, UnknownTool, get_tool, validate_args
+from chats.toolsets import MCP_PREFIX
 
 ACTION_KEYS = ("tool", "say", "ask", "fail")
 NO_MODEL = (
@@ -59,7 +60,12 @@ def validate_script(script: Any, *, where: str = "script") -> list[list[dict[str
             ):
                 raise ScriptError(f"{place}.delay must be a number of seconds from 0 to 60.")
             kind = kinds[0]
-            if kind == "tool":
+            if kind == "tool" and str(action["tool"]).startswith(MCP_PREFIX):
+                # A persona's own tool (its MCP server's): its arguments are checked against
+                # the server's schema when it is called, in the chat whose persona has it.
+                if not isinstance(action.get("args", {}), dict):
+                    raise ScriptError(f"{place}.args must be an object.")
+            elif kind == "tool":
                 try:
                     tool = get_tool(action["tool"])
                     validate_args(tool, action.get("args", {}))

@@ -30,6 +30,7 @@ from chats.quoting import conch_words
 from chats.runtime.chats import entry_append
 from chats.runtime.lanes import lane_lock
 from chats.runtime.turns import turn_end_locked
+from chats.toolsets import MCP_PREFIX
 
 ERR_COMMAND_ENDED_AFTER_RESTART = (
     "Conch stopped while this command ran. After the restart, Conch ended what the "
@@ -172,7 +173,10 @@ def _recover_one(turn: Turn) -> Turn:
         turn = Turn.objects.get(pk=turn.pk)
         if turn.state != TurnState.RECOVERY_PENDING:
             return turn
-        if cut_off is not None and cut_off.effect == Effect.WRITE:
+        # A call to an MCP server's tool is never made twice, whatever the server says of
+        # it: its readOnlyHint is only a hint, and the call may have been half done.
+        cut_off_mcp = cut_off is not None and cut_off.tool.startswith(MCP_PREFIX)
+        if cut_off is not None and (cut_off.effect == Effect.WRITE or cut_off_mcp):
             Step.objects.filter(pk=cut_off.pk).update(ended_at=timezone.now(), error=cut_off_error)
             entry_append(
                 conversation=conversation,
@@ -190,7 +194,9 @@ def _recover_one(turn: Turn) -> Turn:
                 conversation=conversation,
                 turn=turn,
                 state=TurnState.INTERRUPTED,
-                reason="Conch restarted during a write step.",
+                reason="Conch restarted during a call to an MCP server's tool."
+                if cut_off_mcp
+                else "Conch restarted during a write step.",
             )
         else:
             if cut_off is not None:

@@ -424,7 +424,7 @@ def turn_advance(*, turn_id: int, worker: str, honour_delays: bool = True) -> Ad
 
 def _uses_folder(tool: Tool) -> bool:
     """Whether a tool reads, writes or runs in the chat's folder."""
-    return tool.family in FOLDER_FAMILIES
+    return tool.family in FOLDER_FAMILIES or tool.in_folder
 
 
 HALT_POLL = 1.0  # how often a wait looks whether another process stopped the reply
@@ -472,7 +472,7 @@ def _play_tool(turn: Turn, worker: str, call: ToolCall, new_state: dict[str, Any
     # The chat as it is now: someone else's words may have come in since the reply began.
     conversation = Conversation.objects.select_related("agent").get(pk=turn.conversation_id)
     try:
-        tool = get_tool(call.tool)
+        tool = get_tool(call.tool, conversation.agent)
         refused = tool_set_for(conversation).refusal(tool.name, uses_folder=_uses_folder(tool))
         if refused:
             raise ToolError(refused)
@@ -537,7 +537,18 @@ def _preview(turn: Turn, conversation: Conversation, tool: Tool, args: dict[str,
 
 
 def _play_answered(turn: Turn, worker: str, pending: dict[str, Any]) -> Advance:
-    tool = get_tool(pending["tool"])
+    try:
+        tool = get_tool(pending["tool"], turn.conversation.agent)
+    except ToolError as exc:  # a server's tool gone since the ask: refused in words
+        _record_refused_step(
+            turn,
+            worker,
+            ToolCall(pending["tool"], pending["raw_args"]),
+            str(exc),
+            pending["state_after"],
+            clear_pending=True,
+        )
+        return Advance(True, "tool")
     state_after = pending["state_after"]
     if pending["answer"] == "approved":
         _run_step(turn, worker, tool, pending["raw_args"], state_after, clear_pending=True)
@@ -564,7 +575,7 @@ def _record_refused_step(
     clear_pending: bool = False,
 ) -> None:
     try:
-        tool = get_tool(call.tool)
+        tool = get_tool(call.tool, turn.conversation.agent)
         family, effect = tool.family, tool.effect
     except ToolError:
         family, effect = "", Effect.READ

@@ -482,7 +482,7 @@ def _answer_pending(turn: Turn, *, answer: str, reason: str = "") -> Turn:
             raise ConchError(ERR_NOTHING_TO_APPROVE)
         said = SAID_APPROVED
         if answer == ANSWER_ALWAYS:
-            tool = get_tool(turn.pending_action["tool"])
+            tool = get_tool(turn.pending_action["tool"], conversation.agent)
             scope, why = standing_ok_offer(conversation, tool, turn.pending_action["raw_args"])
             if scope is None:
                 raise ConchError(ERR_NOT_OFFERED.format(why=why))

@@ -17,8 +17,9 @@ from chats.diffview import DiffView
 from chats.limits import LIMITS
 from chats.models import Origin
 from chats.runtime import selectors
+from chats.tools.mcptools import USING_MCP
 from chats.tools.registry import ToolError, abilities, get_tool, tools_offered
-from chats.toolsets import ToolSet, tool_set_for
+from chats.toolsets import MCP_PREFIX, ToolSet, tool_set_for
 
 register = template.Library()
 
@@ -139,6 +140,8 @@ def step_subject(args: dict | None) -> str:
 
 @register.filter
 def tool_family(name: str) -> str:
+    if str(name).startswith(MCP_PREFIX):  # a persona's own tool, from its MCP server
+        return USING_MCP
     try:
         return get_tool(name).family
     except ToolError:

@@ -22,7 +22,7 @@ from chats.models import Effect, Mode
 from chats.toolsets import tool_set_for
 
 if TYPE_CHECKING:
-    from chats.models import Conversation, Task, Turn
+    from chats.models import Agent, Conversation, Task, Turn
 
 
 class ToolError(Exception):
@@ -132,6 +132,8 @@ class Tool:
     asks_first: Callable[[Conversation], bool] | None = None
     # Shows what it would do (a diff, a new file's words, a command and its folder).
     preview: Previewer | None = None
+    # Works in the chat's folder though its family doesn't say so (an MCP server's command).
+    in_folder: bool = False
 
     def must_ask(self, conversation: Conversation) -> bool:
         if self.name in tool_set_for(conversation).ask_first:
@@ -146,8 +148,38 @@ class Tool:
 
 _tools: dict[str, Tool] = {}
 
+# Tools that are a persona's own rather than Conch's (its MCP servers' tools,
+# chats.tools.mcptools): each provider gives a persona's, named with its prefix, which
+# no tool of Conch's may start with, so neither can take the other's name.
+ToolProvider = Callable[["Agent"], list[Tool]]
+_providers: dict[str, ToolProvider] = {}
+
+ERR_PROVIDED_PREFIX = "{tool}: names starting with {prefix!r} are a persona's own tools."
+
+
+def tool_provider_add(prefix: str, provider: ToolProvider) -> None:
+    """Let ``provider`` give each persona tools of its own, every one named ``prefix…``."""
+    for name in _tools:
+        if name.startswith(prefix):
+            raise ValueError(ERR_PROVIDED_PREFIX.format(tool=name, prefix=prefix))
+    _providers[prefix] = provider
+
+
+def _provided(agent: Agent | None) -> list[Tool]:
+    if agent is None or agent.pk is None:
+        return []
+    return [tool for provider in _providers.values() for tool in provider(agent)]
+
+
+def is_provided_name(name: str) -> bool:
+    """Whether ``name`` is of a persona's own tools (an MCP server's), not one of Conch's."""
+    return any(name.startswith(prefix) for prefix in _providers)
+
 
 def register(tool: Tool) -> Tool:
+    for prefix in _providers:
+        if tool.name.startswith(prefix):
+            raise ValueError(ERR_PROVIDED_PREFIX.format(tool=tool.name, prefix=prefix))
     if tool.effect not in Effect.values:
         raise ValueError(f"{tool.name}: effect must be one of {', '.join(Effect.values)}")
     if tool.schema.get("type") != "object":
@@ -159,14 +191,18 @@ def register(tool: Tool) -> Tool:
     return tool
 
 
-def get_tool(name: str) -> Tool:
-    try:
-        return _tools[name]
-    except KeyError:
-        raise UnknownTool(f"There is no tool called {name!r}.") from None
+def get_tool(name: str, agent: Agent | None = None) -> Tool:
+    """Conch's tool called ``name``, or, given the persona, one of its own (an MCP server's)."""
+    found = _tools.get(name)
+    if found is None and is_provided_name(name):
+        found = next((tool for tool in _provided(agent) if tool.name == name), None)
+    if found is None:
+        raise UnknownTool(f"There is no tool called {name!r}.")
+    return found
 
 
 def all_tools() -> list[Tool]:
+    """Conch's own tools, each persona's own (its MCP servers') left out."""
     return [_tools[name] for name in sorted(_tools)]
 
 
@@ -174,7 +210,7 @@ def tools_offered(conversation: Conversation) -> list[Tool]:
     """The tools this chat is offered now: the persona's set for it, the mode, each tool's rule."""
     allowed = tool_set_for(conversation)
     offered = []
-    for tool in all_tools():
+    for tool in [*all_tools(), *_provided(conversation.agent)]:
         if not allowed.allows(tool.name):
             continue
         if conversation.mode == Mode.PLAN and tool.effect == Effect.WRITE:
@@ -228,6 +264,20 @@ _PROBLEMS: dict[str, Callable[[Any], str]] = {
 # Which of several errors is named: the shallowest, and among those a missing
 # argument, then an unknown one, then the rest in the schema's order.
 _FIRST = {"required": 0, "additionalProperties": 1}
+
+
+def schema_problem(schema: Any) -> str:
+    """Why ``schema`` can't describe a tool's arguments, in words; "" when it can.
+
+    For schemas Conch did not write (an MCP server's): such a tool is not offered.
+    """
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return "its schema does not describe an object"
+    try:
+        _ArgsValidator.check_schema(schema)
+    except SchemaError as exc:
+        return f"its schema is not valid JSON Schema: {exc.message}"
+    return ""
 
 
 def _validator(tool: Tool) -> Validator:
