@@ -18,6 +18,15 @@ from django.utils.html import format_html, format_html_join
 
 from chats.engines import engine_names
 from chats.forms import WriteOnlySecretMixin
+from chats.mcp.servers import (
+    ERR_SERVER_NAME,
+    ERR_URL_FOR_HTTP,
+    SERVER_NAME,
+    command_parse,
+    command_shown,
+    discover,
+    env_parse,
+)
 from chats.models import (
     Agent,
     AuthProfile,
@@ -38,15 +47,6 @@ from chats.models import (
     Turn,
 )
 from chats.runtime.connect import model_test
-from chats.tools.mcptools import (
-    ERR_SERVER_NAME,
-    ERR_URL_FOR_HTTP,
-    SERVER_NAME,
-    command_parse,
-    command_shown,
-    discover,
-    env_parse,
-)
 from chats.tools.registry import (
     FOLDER_FAMILIES,
     all_tools,

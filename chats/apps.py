@@ -9,10 +9,10 @@ class ChatsConfig(AppConfig):
 
     def ready(self) -> None:
         from chats import hooks
-        from chats.tools import mcptools
+        from chats.mcp import servers as mcp_servers
 
         # First: no tool of Conch's may then take a name of the persona's MCP tools.
-        mcptools.register()
+        mcp_servers.register()
         from chats.tools import tasks, workspace  # noqa: F401  workspace registers its tools on import
 
         tasks.register_tools()

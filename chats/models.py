@@ -740,7 +740,7 @@ class McpStatus(models.TextChoices):
 
 
 class McpServer(models.Model):
-    """A Model Context Protocol server a persona takes tools from (``chats.tools.mcptools``).
+    """A Model Context Protocol server a persona takes tools from (``chats.mcp.servers``).
 
     Either a command Conch starts (stdio), run in the sandbox in the chat's folder, or a
     streamable-HTTP address with an optional key. The key and the environment it is given

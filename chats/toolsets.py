@@ -24,7 +24,7 @@ from django.conf import settings
 from chats.models import Agent, Conversation, McpStatus, McpTool, Origin, Taint
 from chats.refusals import NO_FOLDER_OF_ITS_OWN, NOT_IN_SET
 
-# A persona's tools from its MCP servers are named mcp__<server>__<tool> (chats.tools.mcptools);
+# A persona's tools from its MCP servers are named mcp__<server>__<tool> (chats.mcp.servers);
 # none of Conch's own may be. Each is in a set only where the owner ticked it for that set.
 MCP_PREFIX = "mcp__"
 

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from chats import events, hooks, processes
+from chats.mcp import servers as mcp_servers
 from chats.models import Turn, TurnState
 from chats.runtime.claims import (
     turn_claim,
@@ -69,6 +70,8 @@ class Runner:
     # -- lifecycle ---------------------------------------------------------
 
     def start(self) -> Runner:
+        # A persona's MCP server that says its tools changed has them listed again.
+        mcp_servers.listen()
         self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix="conch-turn")
         self._unsubscribe = events.subscribe(self._on_event)
         self._thread = threading.Thread(target=self._loop, name="conch-runner", daemon=True)
@@ -87,6 +90,7 @@ class Runner:
         processes.commands_stop(worker=self.name, reason=ERR_COMMAND_SHUTDOWN)
         if self._pool:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        mcp_servers.close_all()  # its steps are done: the MCP servers it started end with it
 
     def nudge(self) -> None:
         self._wake.set()

@@ -15,9 +15,9 @@ from django.utils import timezone
 from chats import diffview, regions
 from chats.diffview import DiffView
 from chats.limits import LIMITS
+from chats.mcp.servers import USING_MCP
 from chats.models import Origin
 from chats.runtime import selectors
-from chats.tools.mcptools import USING_MCP
 from chats.tools.registry import ToolError, abilities, get_tool, tools_offered
 from chats.toolsets import MCP_PREFIX, ToolSet, tool_set_for
 

@@ -149,7 +149,7 @@ class Tool:
 _tools: dict[str, Tool] = {}
 
 # Tools that are a persona's own rather than Conch's (its MCP servers' tools,
-# chats.tools.mcptools): each provider gives a persona's, named with its prefix, which
+# chats.mcp.servers): each provider gives a persona's, named with its prefix, which
 # no tool of Conch's may start with, so neither can take the other's name.
 ToolProvider = Callable[["Agent"], list[Tool]]
 _providers: dict[str, ToolProvider] = {}

@@ -327,6 +327,11 @@ def _list_changed(key: str) -> threading.Thread:
 _listening = False
 
 
+def close_all() -> None:
+    """End every MCP server this process started (the runner, as it stops)."""
+    _client().close_all()
+
+
 def listen() -> None:
     """List a server's tools again whenever it says they changed (once per process)."""
     global _listening
