@@ -347,6 +347,9 @@ class McpServerAdmin(NamedInputsAdmin):
     def status_shown(self, server: McpServer) -> str:
         return _status_shown(server)
 
+    def get_inlines(self, request, obj):
+        return self.inlines if obj is not None else []  # a new server has listed nothing yet
+
     def get_form(self, request, obj=None, change=False, **kwargs):
         form = super().get_form(request, obj, change, **kwargs)
         form.base_fields["agent"].help_text = "The persona whose chats get its tools."

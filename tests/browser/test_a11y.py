@@ -16,7 +16,7 @@ from django.test import RequestFactory
 from django.urls import reverse
 from playwright.sync_api import expect
 
-from chats.models import AuthProfile, Mode, Taint
+from chats.models import AuthProfile, McpServer, McpStatus, McpTool, Mode, Taint
 from chats.runtime.chats import conversation_archive
 from chats.runtime.turns import message_send
 from chats.taint import Cause, taint_raise
@@ -339,6 +339,24 @@ def test_each_admin_page_has_no_accessibility_violations_at_any_size_or_scheme(
         conversation=chat, taint=Taint.UNTRUSTED, cause=Cause.message(notes, message_id="m_1")
     )
     AuthProfile.objects.create(agent=agent, name="openai", secret="sk-live-abcdefghijkl1234")
+    # An MCP server as its last listing left it: a tool of its, and one not offered.
+    server = McpServer.objects.create(
+        agent=agent, name="git", command=["mcp-server-git"], status=McpStatus.OK
+    )
+    McpTool.objects.create(
+        server=server,
+        name="git_status",
+        call_name="mcp__git__git_status",
+        read_only=True,
+        description="Shows the working tree status",
+        asks_first=False,
+    )
+    McpTool.objects.create(
+        server=server,
+        name="odd",
+        call_name="mcp__git__odd",
+        problem="its schema is not valid",
+    )
     model = apps.get_model(label)
     model_admin = admin.site._registry[model]
     request = RequestFactory().get("/admin/")

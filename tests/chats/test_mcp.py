@@ -577,3 +577,25 @@ def test_the_time_server_answers_through_a_chat(agent, owner, workspace):
     )
     step = Step.objects.get(turn=play(chat))
     assert '"timezone": "UTC"' in step.result or "UTC" in step.result, step.error
+
+
+def test_in_other_peoples_chats_a_command_server_needs_a_folder_of_the_personas_own(
+    agent, owner, calls, settings, workspace
+):
+    # The persona works in the owner's default workspace: its command servers, which run
+    # in the folder, are refused to other people as its file tools are.
+    settings.CONCH_WORKSPACE = str(workspace)
+    server = odd_server(agent, calls)
+    McpTool.objects.filter(server=server, name="echo").update(for_strangers=True)
+    outsider = ChatFactory(owner=owner, outsider=True, reply=[echo()])
+    step = Step.objects.get(turn=play(outsider))
+    assert "can't run here" in step.error, step.error
+    assert calls_made(calls) == []
+
+
+def test_a_script_may_call_a_personas_mcp_tool_its_arguments_checked_when_called():
+    from chats.engines.scripted import ScriptError, validate_script
+
+    assert validate_script([[{"tool": "mcp__git__git_status", "args": {"repo_path": "."}}]])
+    with pytest.raises(ScriptError, match="args must be an object"):
+        validate_script([[{"tool": "mcp__git__git_status", "args": ["."]}]])
