@@ -277,7 +277,21 @@ def schema_problem(schema: Any) -> str:
         _ArgsValidator.check_schema(schema)
     except SchemaError as exc:
         return f"its schema is not valid JSON Schema: {exc.message}"
+    name, problem = _default_problem(schema, _ArgsValidator(schema))
+    if problem:
+        return f"the default of {name!r} does not fit its own schema: {problem}"
     return ""
+
+
+def _default_problem(schema: dict[str, Any], validator: Validator) -> tuple[str, str]:
+    """The first argument whose default its own schema refuses, and why; ("", "") if none."""
+    properties = schema.get("properties", {})
+    for name, spec in (properties if isinstance(properties, dict) else {}).items():
+        if isinstance(spec, dict) and "default" in spec:
+            problem = best_match(validator.evolve(schema=spec).iter_errors(spec["default"]))
+            if problem is not None:
+                return str(name), problem.message
+    return "", ""
 
 
 def _validator(tool: Tool) -> Validator:
@@ -290,13 +304,9 @@ def _validator(tool: Tool) -> Validator:
     except SchemaError as exc:
         raise ValueError(ERR_BAD_SCHEMA.format(tool=tool.name, why=exc.message)) from None
     validator = _ArgsValidator(tool.schema, format_checker=_ArgsValidator.FORMAT_CHECKER)
-    for name, spec in tool.schema.get("properties", {}).items():
-        if isinstance(spec, dict) and "default" in spec:
-            problem = best_match(validator.evolve(schema=spec).iter_errors(spec["default"]))
-            if problem is not None:
-                raise ValueError(
-                    ERR_BAD_DEFAULT.format(tool=tool.name, name=name, why=problem.message)
-                )
+    name, problem = _default_problem(tool.schema, validator)
+    if problem:
+        raise ValueError(ERR_BAD_DEFAULT.format(tool=tool.name, name=name, why=problem))
     _validators[tool.name] = (tool.schema, validator)
     return validator
 

@@ -7,6 +7,8 @@ Each test drives real server processes over stdio through the connection layer:
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import threading
@@ -269,6 +271,9 @@ def test_a_tool_whose_schema_cant_be_read_is_not_offered_and_the_server_says_why
     server = odd_server(agent, calls)
     row = McpTool.objects.get(server=server, name="odd_schema")
     assert "not valid JSON Schema" in row.problem
+    unfit = McpTool.objects.get(server=server, name="odd_default")
+    assert "the default of 'n' does not fit its own schema" in unfit.problem
+    assert "mcp__odd__odd_default" not in {t.name for t in tools_offered(ChatFactory(owner=owner))}
     assert server.status == McpStatus.OK
     assert "odd_schema" in server.status_words
     offered = {t.name for t in tools_offered(ChatFactory(owner=owner))}
@@ -599,3 +604,46 @@ def test_a_script_may_call_a_personas_mcp_tool_its_arguments_checked_when_called
     assert validate_script([[{"tool": "mcp__git__git_status", "args": {"repo_path": "."}}]])
     with pytest.raises(ScriptError, match="args must be an object"):
         validate_script([[{"tool": "mcp__git__git_status", "args": ["."]}]])
+
+
+@pytest.fixture
+def odd_over_http(tmp_path):
+    """The odd server over streamable HTTP, on a free loopback port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "ODD_TOKEN": TOKEN}
+    process = subprocess.Popen(
+        [sys.executable, ODD, "--http", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def listening() -> bool:
+        with socket.socket() as knock:
+            return knock.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_until(listening, timeout=30, what="the server to listen", watch=[process])
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def test_a_server_reached_by_its_address_gives_its_tools_under_the_same_rules(
+    agent, owner, workspace, odd_over_http
+):
+    server = mcp_servers.discover(
+        McpServer.objects.create(
+            agent=agent, name="odd", transport="http", url=odd_over_http, secret="bearer-0123456789"
+        )
+    )
+    assert server.status == McpStatus.OK, server.status_words
+    chat = ChatFactory(owner=owner, folder=str(workspace), reply=[echo("over the wire")])
+    step = Step.objects.get(turn=play(chat))
+    assert '<mcp-result server="odd" tool="echo">' in step.result, step.error
+    assert "over the wire" in step.result
+    rise = TaintRise.objects.get(conversation=chat)
+    assert (rise.cause, rise.url) == (TaintCause.MCP, odd_over_http)
