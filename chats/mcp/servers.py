@@ -86,6 +86,7 @@ ERR_ENV_REFUSED = "{name} is never given to a server: Conch's own settings and k
 ERR_NAME_TAKEN = "{tool}: its name as a chat calls it, {name}, is another of this server's tools'."
 ERR_SERVER_GONE = "The MCP server of {tool} is no longer set up for this persona."
 ERR_SERVER_OFF = "The MCP server {server} is turned off or failing, so {tool} was not called."
+ERR_SERVER_SETTINGS = "The MCP server {server} can't be started as it is set up: {why}"
 WORDS_NOT_OFFERED = "Not offered: {names}."
 
 
@@ -452,7 +453,10 @@ class McpCall:
     def __call__(self, ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
         client = _client()
         server = self._server()
-        spec = server_spec(server, folder=ctx.folder, sandbox_required=ctx.sandbox_required)
+        try:
+            spec = server_spec(server, folder=ctx.folder, sandbox_required=ctx.sandbox_required)
+        except ValueError as exc:  # its settings were changed by hand since it was listed
+            raise ToolError(ERR_SERVER_SETTINGS.format(server=server.name, why=exc)) from None
         # Marked before the call: the server may act on what it is sent, and answer anything.
         taint_raise(
             conversation=ctx.conversation,
