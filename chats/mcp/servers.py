@@ -193,7 +193,9 @@ def call_name(server: str, tool: str) -> str:
 
 
 def _client() -> Any:
-    from chats.mcp import client  # type: ignore[import-not-found,unused-ignore]
+    """The connection layer, imported when first needed: the SDK takes seconds to import,
+    and most of Conch's commands never start a server."""
+    from chats.mcp import client
 
     return client
 
