@@ -75,7 +75,7 @@ ERR_SERVER_NAME = (
     "A server's name is small letters, digits and dashes, at most 24, starting with a "
     "letter or digit (git, issue-tracker)."
 )
-ERR_COMMAND_EMPTY = "Give the command that starts the server, such as uvx mcp-server-git."
+ERR_COMMAND_EMPTY = "Give the command that starts the server, such as mcp-server-git (installed where the sandbox can see it)."
 ERR_COMMAND_SHAPE = "Give the command as words, or as a JSON list of strings."
 ERR_COMMAND_QUOTES = "The command can't be read: {why}."
 ERR_URL_FOR_HTTP = "A server reached by its address needs the address (http:// or https://)."
