@@ -459,6 +459,20 @@ def test_in_ask_mode_the_person_sees_the_server_the_tool_and_its_arguments_first
     assert "mcp-server" in page and "odd" in page and "&quot;seconds&quot;: 0.2" in page
 
 
+def _driving(*, worker: str) -> threading.Thread:
+    """A runner on a thread of its own, running the chat's reply as ``worker``."""
+
+    def drive() -> None:
+        try:
+            drain(worker=worker)
+        finally:
+            connection.close()
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    return driver
+
+
 @pytest.mark.django_db(transaction=True)
 def test_stop_ends_a_running_call(agent, owner, calls, workspace):
     odd_server(agent, calls)
@@ -469,14 +483,7 @@ def test_stop_ends_a_running_call(agent, owner, calls, workspace):
     )
     message_send(conversation=chat, text="go")
 
-    def drive() -> None:
-        try:
-            drain(worker="mcp-stop")
-        finally:
-            connection.close()
-
-    driver = threading.Thread(target=drive, daemon=True)
-    driver.start()
+    driver = _driving(worker="mcp-stop")
     wait_until(lambda: "slow" in calls_made(calls), timeout=30, what="the call to start")
     started = time.monotonic()
     conversation_stop(conversation=chat)
@@ -499,14 +506,7 @@ def test_progress_shows_as_the_steps_progress(agent, owner, calls, workspace):
     )
     message_send(conversation=chat, text="go")
 
-    def drive() -> None:
-        try:
-            drain(worker="mcp-progress")
-        finally:
-            connection.close()
-
-    driver = threading.Thread(target=drive, daemon=True)
-    driver.start()
+    driver = _driving(worker="mcp-progress")
     said = wait_until(
         lambda: (
             Step.objects.filter(turn__conversation=chat, ended_at__isnull=True)
