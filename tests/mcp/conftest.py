@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from chats.mcp import client
+from tests.commands import wait_until_ended
 
 NPM_DIR = Path(__file__).resolve().parent / "npm"
 EVERYTHING = Path("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
@@ -149,6 +151,18 @@ def wait_for(check, seconds: float = 10.0, every: float = 0.05):
     return check()
 
 
+def marked_ended(mark: str, seconds: float) -> bool:
+    """Whether every process started with ``mark`` ends within ``seconds``: each waited on
+    by its pidfd (``tests.commands.wait_until_ended``), then looked for again, in case one
+    started meanwhile."""
+    deadline = time.monotonic() + seconds
+    while pids := marked_processes(mark):
+        left = deadline - time.monotonic()
+        if left <= 0 or wait_until_ended(pids, left):
+            return False
+    return True
+
+
 def kill_marked(mark: str) -> None:
     for pid in marked_processes(mark):
         with contextlib.suppress(ProcessLookupError):
@@ -201,17 +215,26 @@ def everything_http(everything_home) -> Iterator[str]:
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
         start_new_session=True,
     )
+    # It says so on stderr once it listens; the rest of what it says is read and kept,
+    # so it never waits on a full pipe.
+    listening = threading.Event()
+    said: list[str] = []
 
-    def listening() -> bool:
-        with socket.socket() as sock:
-            return sock.connect_ex(("127.0.0.1", port)) == 0
+    def read() -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            said.append(line)
+            if f"listening on port {port}" in line:
+                listening.set()
 
-    if not wait_for(listening, 30):
+    threading.Thread(target=read, daemon=True).start()
+    if not listening.wait(30):
         process.kill()
-        pytest.fail(f"server-everything did not listen on port {port}")
+        pytest.fail(f"server-everything did not listen on port {port}: {''.join(said)[-2000:]}")
     yield f"http://127.0.0.1:{port}/mcp"
     os.killpg(process.pid, signal.SIGTERM)
     try:

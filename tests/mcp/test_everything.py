@@ -15,7 +15,14 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from chats.mcp import client
 from chats.tools import sandbox
-from tests.mcp.conftest import kill_marked, marked, marked_processes, servers_started, wait_for
+from tests.mcp.conftest import (
+    kill_marked,
+    marked,
+    marked_ended,
+    marked_processes,
+    servers_started,
+    wait_for,
+)
 
 LONG = "trigger-long-running-operation"
 
@@ -80,10 +87,16 @@ def test_a_changed_tool_list_reaches_the_callback(everything):
     """
     spec = everything.stdio(marked())
     changed: list[str] = []
-    forget = client.on_list_changed(changed.append)
+    heard = threading.Event()
+
+    def hear(key: str) -> None:
+        changed.append(key)
+        heard.set()
+
+    forget = client.on_list_changed(hear)
     try:
         names = {tool.name for tool in client.list_tools(spec)}
-        assert wait_for(lambda: spec.key in changed, 10)
+        assert heard.wait(10)
     finally:
         forget()
     assert "echo" in names
@@ -153,7 +166,7 @@ def test_stop_cancels_the_call_and_ends_a_stdio_servers_process(everything, canc
     )
     assert time.monotonic() - started < 10
     assert len(cancels_sent) == 1
-    assert wait_for(lambda: not marked_processes(mark), 5), "the server's group is gone"
+    assert marked_ended(mark, 5), "the server's group is gone"
 
     again = client.call_tool(spec, "echo", {"message": "again"})  # started afresh
     assert again.text == "Echo: again"
@@ -216,7 +229,7 @@ def test_an_idle_server_is_ended_and_started_again_when_needed(everything, setti
     assert servers_started(mark) == [first]
 
     client.close_idle(time.monotonic() + 61)
-    assert wait_for(lambda: not marked_processes(mark), 5)
+    assert marked_ended(mark, 5)
 
     assert client.call_tool(spec, "echo", {"message": "back"}).text == "Echo: back"
     assert servers_started(mark) not in ([], [first])
@@ -228,7 +241,7 @@ def test_the_client_ends_idle_servers_by_itself(everything, settings):
     client.call_tool(everything.stdio(mark), "echo", {"message": "hello"})
     assert servers_started(mark)
 
-    assert wait_for(lambda: not marked_processes(mark), 10)
+    assert marked_ended(mark, 10)
 
 
 def test_a_server_in_use_is_not_ended_as_idle(everything, settings):
