@@ -339,16 +339,15 @@ FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 # A line that may go on what came before it, across a blank line: indented (a list item's
 # words, indented code), a list item, a quote, maths.
 GOES_ON = re.compile(r"[ \t>$]|([-*+]|\d{1,9}[.)])([ \t]|$)")
-# A link's definition is read wherever it stands: words that have one render whole.
-LINK_DEFINITION = re.compile(r"^ {0,3}\[[^\]]+\]:", re.M)
 
 
 def live_parts(text: str) -> list[str]:
     """The words cut where nothing after can change what is before: at a blank line
     outside a fence and outside maths, before a line that can't go on a list, a quote or
-    indented code. Every part but the last is finished; joined, they are the words."""
-    if LINK_DEFINITION.search(text):
-        return [text]
+    indented code. Every part but the last is finished; joined, they are the words.
+
+    A link's definition is the one thing a part can't keep to itself: it is read wherever
+    it stands, before or after its uses (:func:`render_markdown_live` sees to it)."""
     parts: list[str] = []
     start = 0
     position = 0
@@ -385,15 +384,17 @@ def live_parts(text: str) -> list[str]:
 
 def _part_rendered(
     text: str, outline: tuple[int, ...], maths_left: int
-) -> tuple[str, tuple[int, ...], int]:
+) -> tuple[str, tuple[int, ...], int, bool]:
     """One part of the words, rendered with the outline and the maths budget the words
-    before it left; returns them as they are after it too."""
+    before it left; returns them as they are after it too, and whether the part defines a
+    link (``[x]: https://…``, the parser's own reading: in a quote, a list, anywhere)."""
     md = _parser()
-    tokens = md.parse(text)
+    found: dict[str, Any] = {}
+    tokens = md.parse(text, found)
     after = _rework(tokens, list(outline))
     env = {"maths_chars_left": maths_left}
     rendered = clean(md.renderer.render(tokens, md.options, env))
-    return rendered, tuple(after), env["maths_chars_left"]
+    return rendered, tuple(after), env["maths_chars_left"], bool(found.get("references"))
 
 
 _part_kept = lru_cache(maxsize=LIVE_PARTS_KEPT)(_part_rendered)
@@ -401,14 +402,20 @@ _part_kept = lru_cache(maxsize=LIVE_PARTS_KEPT)(_part_rendered)
 
 def render_markdown_live(text: str) -> str:
     """:func:`render_markdown` for a reply whose words are still coming: the same HTML,
-    but each finished part of them (:func:`live_parts`) is parsed once, not on each push."""
-    parts = live_parts(str(text or ""))
+    but each finished part of them (:func:`live_parts`) is parsed once, not on each push.
+
+    Words that define a link render whole: a definition in any part makes ``[x]`` a link
+    in every part, those before it too."""
+    text = str(text or "")
+    parts = live_parts(text)
     outline: tuple[int, ...] = ()
     maths_left = MATHS_BUDGET_CHARS
     rendered = []
     for n, part in enumerate(parts):
         render = _part_kept if n < len(parts) - 1 else _part_rendered
-        html_part, outline, maths_left = render(part, outline, maths_left)
+        html_part, outline, maths_left, defines_link = render(part, outline, maths_left)
+        if defines_link:
+            return render_markdown(text)
         rendered.append(html_part)
     return "".join(rendered)
 

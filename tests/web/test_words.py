@@ -20,7 +20,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chats import markdown as md
@@ -370,7 +370,7 @@ LIVE_PIECES = st.sampled_from(
         "2) two", "  ", "    code", "\t", "```py", "```", "~~~", "$$", "$x$", "`$$`", "> ",
         "## Head", "# Top", "### Deep", "---", "===", "| a | b |\n|--|--|\n| 1 | 2 |",
         "**bold**", "_it_", "www.example.com", "https://e.com/x", "[x]: https://e.com",
-        "[x]", "<b>", "&amp;",
+        "[x]", "<b>", "&amp;", "[a\\]b]: https://e.com", "[a\\]b]",
     ]
 )  # fmt: skip
 
@@ -394,6 +394,12 @@ def test_a_running_replys_words_render_as_the_whole_reply_at_every_length(sample
 
 @given(st.lists(LIVE_PIECES, max_size=40).map("".join))
 @settings(max_examples=300, deadline=None)
+# A link's definition in a quote, a list or with a "\]" in its name: the parser reads it
+# there as anywhere, and it makes the links of the parts before and after it.
+@example("> [x]: https://e.com\n\nwords [x]: https://e.com")
+@example("- [x]: https://e.com\n\nwords [x]")
+@example("> > [x]: https://e.com\n\n[x]")
+@example("[a\\]b]: https://e.com\n\n[a\\]b]: https://e.comwords words ")
 def test_any_words_render_live_as_they_do_whole(text):
     assert md.render_markdown_live(text) == md.render_markdown(text)
 
