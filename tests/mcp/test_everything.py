@@ -322,3 +322,25 @@ def test_a_server_that_died_is_started_again_at_the_next_call(everything):
 
     assert client.call_tool(spec, "echo", {"message": "two"}).text == "Echo: two"
     assert servers_started(mark) not in ([], [first])
+
+
+def test_a_call_sent_before_its_server_died_fails_and_is_never_sent_again(everything):
+    mark = marked()
+    spec = everything.stdio(mark)
+    client.list_tools(spec)
+    progressed: list[tuple] = []
+
+    def die(*update) -> None:  # the call is on the server: it says how far it got
+        if not progressed:
+            kill_marked(mark)
+        progressed.append(update)
+
+    with pytest.raises(client.McpError) as failed:
+        client.call_tool(spec, LONG, {"duration": 3, "steps": 3}, on_progress=die)
+
+    assert progressed == [(1.0, 3.0, "")]
+    assert failed.value.words == (
+        f"The MCP server 'everything' failed while calling '{LONG}': "
+        "the connection ended (the server exited or closed it)."
+    )
+    assert marked_ended(mark, 5), "no server was started again for the call"
