@@ -23,6 +23,9 @@ The rules it keeps:
   (a server may run a tool in a thread it can't cancel, and that thread may have started
   a program); it starts afresh at the next call, and other calls in flight on it fail.
   An HTTP server keeps its session if it answers a ping within :data:`STOP_GRACE_SECONDS`.
+- **A stdio server that ended is started afresh**: a call looks at whether its process
+  is still there (a pidfd) before sending anything on it; if it is gone, it is started
+  again for this call. A call already sent when it ended fails: it is never sent twice.
 - **A result is bounded** like a command's output (``CONCH_COMMAND_OUTPUT_LIMIT``).
 - **Failures are words**, :class:`McpError`: a server that does not start says why,
   with the end of what it printed to stderr; never a traceback. A key or a value the
@@ -39,6 +42,7 @@ import json
 import logging
 import os
 import queue
+import select
 import shutil
 import threading
 import time
@@ -241,6 +245,7 @@ class _Server:
         self.folder = folder
         self.session: ClientSession | None = None
         self.pid: int | None = None  # stdio: the process (and group) it runs as
+        self.pidfd: int | None = None  # stdio: that process, to see it end at once
         self.sandboxed = False
         self.failure = ""  # why it did not start, or why it ended
         self.refused = ""  # the whole words, when it was not even started
@@ -259,8 +264,11 @@ class _Server:
     def usable(self) -> bool:
         if self.closing.is_set() or self.done.is_set():
             return False
-        # A stdio server whose stderr reached its end has exited, and all it started.
-        return not (self.spec.transport == "stdio" and self.stderr_done.is_set())
+        if self.spec.transport != "stdio":
+            return True
+        # A stdio server whose stderr reached its end has exited, and all it started. The
+        # loop may not have read that end yet when the process is gone: its pidfd says so.
+        return not (self.stderr_done.is_set() or (self.pidfd is not None and _ended(self.pidfd)))
 
     def known(self) -> tuple[str, ...]:
         return _known(self.spec)
@@ -342,21 +350,44 @@ def _stdio_argv(spec: ServerSpec, folder: str, env: Mapping[str, str]) -> tuple[
     return _plain(command, folder, env, spec.name), False
 
 
-def _child_with_stderr(fd: int) -> int | None:
-    """This process's child whose stderr is the pipe ``fd`` reads: the server just started."""
+def _child_with_stderr(fd: int) -> tuple[int, int] | None:
+    """This process's child whose stderr is the pipe ``fd`` reads: the server just started,
+    as its pid and a pidfd for it (the caller closes it).
+
+    The pidfd is opened before the child is known for the server, so it is the server's
+    even if the pid were freed and reused meanwhile: nothing else is this process's child
+    with that pipe for its stderr.
+    """
     pipe = f"pipe:[{os.fstat(fd).st_ino}]"
     me = str(os.getpid())
+
+    def ours(name: str) -> bool:
+        with open(f"/proc/{name}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[1] == me
+
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
-            with open(f"/proc/{name}/stat") as stat:
-                parent = stat.read().rsplit(")", 1)[1].split()[1]
-            if parent == me and os.readlink(f"/proc/{name}/fd/2") == pipe:
-                return int(name)
+            if not ours(name):
+                continue
+            pidfd = os.pidfd_open(int(name))
         except (OSError, IndexError):
             continue
+        try:
+            if ours(name) and os.readlink(f"/proc/{name}/fd/2") == pipe:
+                return int(name), pidfd
+        except (OSError, IndexError):
+            pass
+        os.close(pidfd)
     return None
+
+
+def _ended(pidfd: int) -> bool:
+    """Whether the process ``pidfd`` stands for has ended (its pidfd turns readable)."""
+    poller = select.poll()  # not select.select: the fd may be past FD_SETSIZE
+    poller.register(pidfd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _reason(exc: BaseException) -> str:
@@ -396,9 +427,9 @@ async def _serve(server: _Server, start_seconds: float) -> None:
                 )
                 streams = await stack.enter_async_context(stdio_client(params, errlog=stderr_write))
                 stderr_write.close()  # the server has its own copy: its end is the pipe's
-                server.pid = (
-                    _child_with_stderr(read_fd) if not server.stderr_done.is_set() else None
-                )
+                child = _child_with_stderr(read_fd) if not server.stderr_done.is_set() else None
+                if child is not None:
+                    server.pid, server.pidfd = child
             else:
                 headers = {"Authorization": f"Bearer {spec.key_secret}"} if spec.key_secret else {}
 
@@ -440,6 +471,9 @@ async def _serve(server: _Server, start_seconds: float) -> None:
             raise
     finally:
         server.session = None
+        if server.pidfd is not None:
+            os.close(server.pidfd)
+            server.pidfd = None
         if stderr_write is not None and not stderr_write.closed:
             stderr_write.close()
         if spec.transport == "stdio":
@@ -455,6 +489,11 @@ async def _server_for(spec: ServerSpec, folder: str, start_seconds: float) -> _S
     lock = _starting.setdefault(key, asyncio.Lock())
     async with lock:
         server = _pool.get(key)
+        # A stdio server whose process ended has been sent nothing of this call yet, so it
+        # is safe to start afresh. It may still end after this look and before the SDK's
+        # writer hands it the request (there are awaits between): that call fails as
+        # "the connection ended", as one already sent does, and the next call starts it
+        # afresh. It is not sent again, since the server may have read it.
         if server is not None and not server.usable:
             await _close(server)
             server = None

@@ -141,16 +141,6 @@ def servers_started(mark: str) -> list[int]:
     return found
 
 
-def wait_for(check, seconds: float = 10.0, every: float = 0.05):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    return check()
-
-
 def marked_ended(mark: str, seconds: float) -> bool:
     """Whether every process started with ``mark`` ends within ``seconds``: each waited on
     by its pidfd (``tests.commands.wait_until_ended``), then looked for again, in case one
