@@ -45,6 +45,11 @@ EVENT_TYPES: set[str] = {
     TASK_CHANGED,
     REPLY_TEXT,
 }
+# Those that take no number (:func:`publish`): a running reply's words, many a second,
+# each superseding the last. Numbering them cost a statement on the owner's stream row
+# per word, and held each behind the pushes rendering before it; a page drawn afresh
+# needs none of them (the next words come within a moment), so one lost leaves no gap.
+UNNUMBERED_TYPES: frozenset[str] = frozenset({REPLY_TEXT})
 # Those that change only a card in a chat's transcript: a page redraws that transcript.
 CARD_EVENT_TYPES: set[str] = set()
 # Card events that can also change what the chat's row says is held for you ("1 held").
@@ -425,7 +430,8 @@ def _next_seq(owner_id: int, count: int = 1) -> int:
     return row[0]
 
 
-# Seq a value no page ever takes: an event whose numbering failed (see _Numbering.numbered).
+# Seq a value no page ever takes: an event of UNNUMBERED_TYPES, or one whose numbering
+# failed (see _Numbering.numbered).
 UNNUMBERED = 0
 # Each owner's numbers owed to events whose numbering failed: skipped at the next numbering.
 _skipped: dict[int, int] = {}
@@ -465,6 +471,10 @@ def publish(
     its place: no number, no statement and no send of its own, and no subscriber hears
     it. So words come as fast as the channel layer takes them, and what comes meanwhile
     is one send, not a queue.
+
+    An event of :data:`UNNUMBERED_TYPES` takes no number (its ``seq`` is
+    :data:`UNNUMBERED`): it is sent as soon as its transaction, if any, commits, and the
+    pages show it as it comes, never counting it in their numbers.
     """
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}")
@@ -475,6 +485,10 @@ def publish(
         and not transaction.get_connection().in_atomic_block
         and _newest_ride(newest_of, conversation_id, data)
     ):
+        return
+    if event_type in UNNUMBERED_TYPES:
+        event = Event(event_type, owner_id, UNNUMBERED, conversation_id, data)
+        transaction.on_commit(lambda: _deliver(event, newest_of))
         return
     numbering, position = _numbering(1, owner_id)
 
@@ -512,6 +526,8 @@ def publish_many(
     """
     if event_type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {event_type!r}")
+    if event_type in UNNUMBERED_TYPES:
+        raise ValueError(f"{event_type!r} takes no number: publish it alone")
     if not conversation_ids:
         return
     ids = list(conversation_ids)
@@ -548,9 +564,10 @@ def _deliver_many(batch: list[Event], newest_of: str | None = None) -> None:
                 callback(event)
             except Exception:  # a watcher's bug must not stop the others, nor the writer
                 log.exception("event subscriber failed on %s", event.type)
-    if batch[0].seq == UNNUMBERED:  # the pages learn of these by the gap they left
-        return
-    # Every numbered event goes to the group: a page that missed one would see a gap.
+    if batch[0].seq == UNNUMBERED and batch[0].type not in UNNUMBERED_TYPES:
+        return  # its numbering failed: the pages learn of it by the gap it left
+    # Every event goes to the group, those that take no number too: a page that missed a
+    # numbered one would see a gap.
     try:
         _group_send_many(
             owner_group(batch[0].owner_id),

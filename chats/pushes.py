@@ -15,6 +15,12 @@ and a view never behind a hundred pushes. What needs no database (a running repl
 words, a run's marker alone) renders on another, :data:`WORDS_THREAD`, so words
 never wait there behind a page; and a chat's part still rendering holds back only
 the tabs showing that chat (:class:`Lane`), each tab's pushes still in order.
+
+A running reply's words take no number (``events.UNNUMBERED_TYPES``) and wait for
+nothing: each chat's newest words go to the tabs showing it as soon as the last of
+them went, ahead of a page of that chat still rendering. Once that page is sent
+(its running reply's words drawn empty, as they are never stored), the words heard
+since the chat's last numbered event go again after it (:meth:`OwnerTabs.words_send`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ import asyncio
 import logging
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 from zoneinfo import ZoneInfo
@@ -85,10 +91,6 @@ async def render_words(render: Callable[..., str], **kwargs: Any) -> str:
     return await asyncio.wrap_future(WORDS_THREAD.submit(render, **kwargs))
 
 
-def _words_only(parts: list[regions.ChatPart]) -> bool:
-    return all(part.kind == regions.WORDS for part in parts)
-
-
 class Lane:
     """The pushes waiting for the tabs showing one chat, in order, behind a part of that
     chat still rendering: each the run, what every tab gets, and the chat's part (a
@@ -147,6 +149,11 @@ class OwnerTabs:
         self.lanes: dict[View, Lane] = {}  # by chat and zone, while a part of it renders
         self.channel = ""
         self.heard: list[dict[str, Any]] = []
+        # Each chat's running reply's newest words, heard since its last numbered event
+        # that redraws its page, and the task sending a chat's words while it does.
+        self.words: dict[str, regions.Words] = {}
+        self.words_sending: dict[str, asyncio.Task[None]] = {}
+        self.words_again: set[str] = set()  # newer words came while they were sent
         self._more = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._joined: asyncio.Task[None] = asyncio.ensure_future(self._join())
@@ -178,11 +185,60 @@ class OwnerTabs:
                 continue
             kind = message.get("type")
             if kind == "conch.event":
-                self.heard.append(message)
-                self._more.set()
+                self.take([message])
             elif kind == events.EVENTS_MESSAGE:  # those that waited for one send, together
-                self.heard.extend(message.get("events") or ())
-                self._more.set()
+                self.take(message.get("events") or ())
+
+    def take(self, messages: Iterable[dict[str, Any]]) -> None:
+        """Events heard: the numbered ones wait for the next push of their run; a reply's
+        words go to the tabs showing its chat, now."""
+        numbered = False
+        for message in messages:
+            chat = message.get("conversation_id")
+            if message.get("event") in events.UNNUMBERED_TYPES:
+                words = regions.words_of(message.get("data"))
+                if chat and words is not None:
+                    self.words[chat] = words
+                    self.words_send(chat)
+                continue
+            if chat and regions.chat_part(message.get("event", "")) is not None:
+                # The page it redraws reads the chat afresh: words heard before it may
+                # be stored in it by then, and must not be shown again after it.
+                self.words.pop(chat, None)
+            self.heard.append(message)
+            numbered = True
+        if numbered:
+            self._more.set()
+
+    def words_send(self, chat: str) -> None:
+        """Send the chat's newest words to the tabs showing it; if a send of its words is
+        under way, once that one is done (what comes meanwhile goes as one, the newest)."""
+        sending = self.words_sending.get(chat)
+        if sending is not None and not sending.done():
+            self.words_again.add(chat)
+            return
+        self.words_sending[chat] = asyncio.ensure_future(self._send_words(chat))
+
+    async def _send_words(self, chat: str) -> None:
+        this = asyncio.current_task()
+        try:
+            while True:
+                self.words_again.discard(chat)
+                words = self.words.get(chat)
+                if words is None or not any(tab.showing == chat for tab in self.tabs):
+                    return
+                try:
+                    text = await render_words(regions.render_words, words=words)
+                except Exception:  # unnumbered: the next words, or the page, show them
+                    log.exception("could not render a reply's words for %s", chat)
+                    return
+                for tab in [tab for tab in self.tabs if tab.showing == chat]:
+                    await self._send_one(tab, text)
+                if chat not in self.words_again:
+                    return
+        finally:
+            if self.words_sending.get(chat) is this:
+                del self.words_sending[chat]
 
     async def _push_heard(self) -> None:
         while True:
@@ -208,10 +264,9 @@ class OwnerTabs:
         to the tabs showing a chat the run changed, that chat's part too, rendered once
         for each time zone those tabs are in (nearly always one).
 
-        A chat's running words are awaited here; any other part of a chat (its page, its
-        transcript) goes to the chat's :class:`Lane`, and the next run is taken up while
-        it renders: the tabs showing that chat get it, and what follows for them, in
-        order, as it is ready; the other tabs don't wait for it.
+        A chat's part (its page, its transcript) goes to the chat's :class:`Lane`, and
+        the next run is taken up while it renders: the tabs showing that chat get it, and
+        what follows for them, in order, as it is ready; the other tabs don't wait for it.
         """
         shown: set[View] = {
             (tab.showing, tab.zone)
@@ -225,7 +280,7 @@ class OwnerTabs:
         )
         chat_renders = {
             (chat, zone): asyncio.ensure_future(
-                (render_words if _words_only(run.parts[chat]) else render)(
+                render(
                     regions.render_run_for_chat,
                     owner_id=self.owner_id,
                     conversation_id=chat,
@@ -235,37 +290,23 @@ class OwnerTabs:
             )
             for chat, zone in shown
         }
-        numbers_only = not run.rows  # the part every tab gets is only the run's marker
-        queued: set[View] = set()
+        queued = False
         try:
             every = await every_render
             # A chat whose tabs wait behind a part still rendering: this run waits there too.
             for view, lane in self.lanes.items():
                 if view not in chat_renders:
                     self._queue(view, lane, run, every, None)
-                    queued.add(view)
             for view, chat_render in chat_renders.items():
-                if view in self.lanes or not _words_only(run.parts[view[0]]):
-                    self._queue(view, self.lanes.setdefault(view, Lane()), run, every, chat_render)
-                    queued.add(view)
+                self._queue(view, self.lanes.setdefault(view, Lane()), run, every, chat_render)
+            queued = True
             # The tabs elsewhere need nothing more: sent now, while the chats' parts render.
-            elsewhere = [
-                tab
-                for tab in self.tabs
-                if view_of(tab) not in chat_renders and view_of(tab) not in queued
-            ]
-            await self._send(every, elsewhere, run, numbers_only)
-            for view, chat_render in chat_renders.items():
-                if view in queued:
-                    continue
-                page = await chat_render
-                text = f"{every}\n{page}" if page else every
-                showing = [tab for tab in self.tabs if view_of(tab) == view]
-                await self._send(text, showing, run, numbers_only and not page)
+            elsewhere = [tab for tab in self.tabs if view_of(tab) not in self.lanes]
+            await self._send(every, elsewhere, run, not run.rows)
         finally:
             every_render.cancel()
-            for view, pending in chat_renders.items():
-                if view not in queued:
+            if not queued:
+                for pending in chat_renders.values():
                     pending.cancel()
 
     def _queue(
@@ -300,6 +341,8 @@ class OwnerTabs:
                 text = f"{every}\n{page}" if page else every
                 showing = [tab for tab in self.tabs if view_of(tab) == view]
                 await self._send(text, showing, run, not run.rows and not page)
+                if page and view[0] in self.words:  # drawn with its words empty: again
+                    self.words_send(view[0])
         finally:
             if self.lanes.get(view) is lane:
                 del self.lanes[view]
@@ -318,15 +361,20 @@ class OwnerTabs:
                 self.owed.setdefault(tab, run.first)
                 continue
             owed = self.owed.pop(tab, None)
-            sent = text if owed is None else regions.run_marked_from(text, owed)
-            waiting = self.tabs[tab]
-            if waiting is not None:
-                waiting.append(sent)
-                continue
-            try:
-                await tab.push(sent)
-            except Exception:
-                log.warning("could not send a push to a tab", exc_info=True)
+            await self._send_one(tab, text if owed is None else regions.run_marked_from(text, owed))
+
+    async def _send_one(self, tab: Tab, text: str) -> None:
+        """``text`` to the tab, or, until it is :meth:`ready`, to what waits for it."""
+        waiting = self.tabs.get(tab)
+        if tab not in self.tabs:
+            return
+        if waiting is not None:
+            waiting.append(text)
+            return
+        try:
+            await tab.push(text)
+        except Exception:
+            log.warning("could not send a push to a tab", exc_info=True)
 
     def add(self, tab: Tab) -> None:
         self.tabs[tab] = []
@@ -345,7 +393,7 @@ class OwnerTabs:
 
     def close(self) -> None:
         """The owner's last tab here left: stop listening and leave the group."""
-        for task in self._tasks:
+        for task in [*self._tasks, *self.words_sending.values()]:
             task.cancel()
         for lane in list(self.lanes.values()):
             if lane.task is not None:

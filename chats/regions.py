@@ -289,26 +289,48 @@ def _owned_chat(owner_id: int, public_id: str) -> Conversation | None:
 
 @dataclass(frozen=True)
 class ChatPart:
-    """One thing a chat's own page is pushed: every region of it, its transcript, or a
-    running reply's words so far (``turn``, ``text``: carried by the event, never stored)."""
+    """One thing a chat's own page is pushed for a run of events: every region of it, or
+    its transcript."""
 
-    kind: str  # REGIONS, TRANSCRIPT or WORDS
-    turn: int = 0
-    text: str = ""
-    wait: str = ""  # the model's wait between tries, in the person's words
+    kind: str  # REGIONS or TRANSCRIPT
 
     def covers(self, earlier: ChatPart) -> bool:
         """Whether this part, sent after ``earlier``, leaves nothing of it to show: each
-        is rendered from the chat as it is then, and every region holds the transcript,
-        which holds the running reply."""
-        if self.kind == REGIONS:
-            return True
-        if self.kind == TRANSCRIPT:
-            return earlier.kind in (TRANSCRIPT, WORDS)
-        return earlier.kind == WORDS and earlier.turn == self.turn
+        is rendered from the chat as it is then, and every region holds the transcript."""
+        return self.kind == REGIONS or earlier.kind == TRANSCRIPT
 
 
-REGIONS, TRANSCRIPT, WORDS = "regions", "transcript", "words"
+REGIONS, TRANSCRIPT = "regions", "transcript"
+
+
+@dataclass(frozen=True)
+class Words:
+    """A running reply's words so far (``turn``, ``text``: carried by its ``reply.text``
+    event, never stored), and the model's wait between tries, in the person's words."""
+
+    turn: int
+    text: str = ""
+    wait: str = ""
+
+
+def words_of(data: dict | None) -> Words | None:
+    """The words a ``reply.text`` event carries, or None if they are for no reply."""
+    if not data or not data.get("turn"):
+        return None
+    return Words(turn=data["turn"], text=str(data.get("text", "")), wait=str(data.get("wait", "")))
+
+
+def render_words(*, words: Words) -> str:
+    """What the tabs showing a chat are pushed for its running reply's words, the same
+    bytes for each, and no database read: the marker of a push that takes no number
+    (conch.js neither counts it nor minds a reply it no longer shows), then the words."""
+    marker = render_region("seq", {"seq": events.UNNUMBERED, "seq_kind": WORDS_KIND, "oob": True})
+    context = {"turn_number": words.turn, "text": words.text, "wait": words.wait, "oob": True}
+    return f"{marker}\n{render_region('reply-text', context)}"
+
+
+# The marker kind of a push of words (render_words): no number of its own.
+WORDS_KIND = "words"
 
 
 @dataclass
@@ -336,7 +358,7 @@ class PushRun:
         if event in SHOWN_EVENTS or event in events.ROW_CARD_EVENT_TYPES:
             if conversation_id not in self.rows:
                 self.rows.append(conversation_id)
-        part = _chat_part(event, data)
+        part = chat_part(event)
         if part is not None:
             parts = self.parts.setdefault(conversation_id, [])
             parts[:] = [earlier for earlier in parts if not part.covers(earlier)]
@@ -349,16 +371,8 @@ class PushRun:
         return run
 
 
-def _chat_part(event: str, data: dict | None) -> ChatPart | None:
-    if event == events.REPLY_TEXT:
-        if not data or not data.get("turn"):
-            return None
-        return ChatPart(
-            WORDS,
-            turn=data["turn"],
-            text=str(data.get("text", "")),
-            wait=str(data.get("wait", "")),
-        )
+def chat_part(event: str) -> ChatPart | None:
+    """What of a chat's own page an event changes, if anything."""
     if event in events.CARD_EVENT_TYPES:
         return ChatPart(TRANSCRIPT)
     if event in SHOWN_EVENTS:
@@ -396,20 +410,12 @@ def render_run_for_chat(
 ) -> str:
     """What the tabs showing this chat in ``zone`` add to :func:`render_run`, the same
     bytes for each. Empty when the run shows nothing there, or the chat is not the owner's."""
-    conversation: Conversation | None = None
-    if any(part.kind != WORDS for part in parts):
-        conversation = _owned_chat(owner_id, conversation_id)
+    if not parts:
+        return ""
+    conversation = _owned_chat(owner_id, conversation_id)
     rendered = []
     for part in parts:
-        if part.kind == WORDS:
-            context = {
-                "turn_number": part.turn,
-                "text": part.text,
-                "wait": part.wait,
-                "oob": True,
-            }
-            rendered.append(render_region("reply-text", context))
-        elif conversation is None:
+        if conversation is None:
             if part.kind == REGIONS:
                 rendered.append(render_region("chat-gone", {"oob": True}))
         elif part.kind == TRANSCRIPT:
@@ -433,7 +439,11 @@ def render_event(
 ) -> str:
     """What one tab, showing the chat ``showing`` (or none) in ``zone``, is pushed for one
     event heard alone. The socket renders the two halves once for all the tabs it serves
-    (chats/pushes.py); this joins them as it does."""
+    (chats/pushes.py); this joins them as it does. A reply's words are pushed only to the
+    tabs showing their chat, alone (:func:`render_words`)."""
+    if event in events.UNNUMBERED_TYPES:
+        words = words_of(data) if showing is not None and showing == conversation_id else None
+        return render_words(words=words) if words is not None else ""
     run = PushRun.of(event, seq, conversation_id, data)
     push = render_run(owner_id=owner_id, run=run)
     if showing is None or showing not in run.parts:

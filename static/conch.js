@@ -3,6 +3,9 @@
  *
  * - Every push starts with #conch-seq carrying the event's sequence number, or
  *   the first and last of a run of events the server heard together.
+ * - A running reply's words come in pushes of their own, marked data-kind="words":
+ *   they take no number, so they neither move the page's number nor make a gap,
+ *   and words for a reply the page doesn't show (it ended) are dropped.
  * - An answer or a refetch is marked with the number its regions were read at:
  *   a push no newer than what the page shows is dropped, and regions older than
  *   a push already shown are fetched again.
@@ -114,11 +117,29 @@
   window.addEventListener('beforeunload', function () { leaving = true; });
   window.addEventListener('offline', function () { setOnline(false); });
 
+  // A running reply's words (data-kind="words") take no number. Words for a reply the
+  // page doesn't show (it ended, or the push that starts it is still on its way) have
+  // nowhere to go and need none: only the parts whose place is in the page go in.
+  function wordsSwap(message) {
+    var parts = document.createElement('template');
+    parts.innerHTML = message;
+    var children = Array.prototype.slice.call(parts.content.children);
+    for (var i = 0; i < children.length; i++) {
+      if (!children[i].id || !document.getElementById(children[i].id)) { children[i].remove(); }
+    }
+    if (parts.content.children.length) { htmx.swap(body, parts.innerHTML, { swapStyle: 'none' }); }
+  }
+
   body.addEventListener('htmx:wsBeforeMessage', function (evt) {
     var match = SEQ_MARK.exec(evt.detail.message || '');
     if (!match) { return; }
     var seq = parseInt(match[1], 10);
     var kind = match[2];
+    if (kind === 'words') {
+      evt.preventDefault();
+      wordsSwap(evt.detail.message);
+      return;
+    }
     if (kind === 'hello') {
       // Each (re)connect: a page that was away, or rendered before the socket
       // opened and missed something, fetches its regions again.

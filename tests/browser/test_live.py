@@ -115,6 +115,19 @@ def _pushed(page, first: int, last: int) -> None:
     )
 
 
+def _received(page, text: str) -> None:
+    """``text`` as the page's socket receives a push: through the ws extension's own
+    handling (its events, its out-of-band swaps), not only the event conch.js hears."""
+    page.evaluate(
+        """(text) => {
+            const holder = document.querySelector('[ws-connect]');
+            const socket = holder['htmx-internal-data'].webSocket.socket;
+            socket.dispatchEvent(new MessageEvent('message', {data: text}));
+        }""",
+        text,
+    )
+
+
 def _open_at_its_number(tab, sign_in, server, chat) -> int:
     """The chat's page, its socket open; the number the page was rendered at."""
     sign_in(tab)
@@ -160,3 +173,34 @@ def test_a_page_whose_number_is_ahead_of_the_servers_settles_on_the_servers(
     conversation_rename(conversation=chat, title="Renamed after")  # pushed by the test:
     _pushed(page, seq + 1, seq + 1)  # the server's next number, no gap from its own
     expect(body).to_have_attribute("data-refetches", "2")
+
+
+def test_words_take_no_number_and_words_for_a_reply_not_shown_fetch_nothing(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """A running reply's words come unnumbered (data-kind="words"): they neither move the
+    page's number nor make a gap, and words for a reply the page doesn't show (it ended
+    before they came) have nowhere to go and need nothing fetched."""
+    from chats import regions
+
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Fix the login bug")
+    page, body = tab.page, tab.page.locator("body")
+    seq = _open_at_its_number(tab, sign_in, conch_server, chat)
+    conversation_rename(conversation=chat, title="Renamed once")  # numbered here: seq + 1
+
+    # Words for a reply: the page has its place (a running reply's, drawn empty) once.
+    page.evaluate(
+        """() => { const place = document.createElement('div');
+            place.id = 'reply-1-text'; place.hidden = true;
+            document.getElementById('transcript').appendChild(place); }"""
+    )
+    _received(page, regions.render_words(words=regions.Words(turn=1, text="Hello, **world**")))
+    expect(page.locator("#reply-1-text.is-streaming strong")).to_have_text("world")
+    # And for a reply it doesn't show: nowhere to go.
+    _received(page, regions.render_words(words=regions.Words(turn=9, text="Too late")))
+    expect(page.locator("#reply-9-text")).to_have_count(0)
+
+    _pushed(page, seq + 1, seq + 1)  # the next number: no gap, whatever the words did
+    expect(page.locator("#reply-1-text")).to_contain_text("Hello, world")
+    page.wait_for_load_state("networkidle")
+    assert body.get_attribute("data-refetches") is None

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from chats import events, processes, regions
-from chats.models import EntryRole, EventStream, Turn
+from chats.models import EntryRole, Turn
 from chats.runtime import stepping
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
@@ -40,14 +40,13 @@ def test_the_tab_showing_the_chat_gets_the_live_words_in_the_running_reply_escap
         )
 
     shown = push(live[-1], chat.public_id)
-    assert f'data-seq="{live[-1].seq}"' in shown  # numbered like every push
+    assert live[-1].seq == events.UNNUMBERED  # words take no number
+    assert shown.startswith('<span id="conch-seq" data-seq="0" data-kind="words"')
     assert '<div id="reply-1-text" class="msg from-assistant is-streaming" hx-disable' in shown
     assert 'hx-swap-oob="true"' in shown
     assert "Hello &lt;b&gt;there&lt;/b&gt;, friend" in shown and "<b>" not in shown
-    # Another tab only takes the number: no transcript, no row, nothing to refetch.
-    elsewhere = push(live[-1], None)
-    assert "reply-1-text" not in elsewhere and 'id="conch-seq"' in elsewhere
-    assert "chat-row" not in elsewhere and "transcript" not in elsewhere
+    # Another tab is sent nothing: no number to take, no transcript, no row.
+    assert push(live[-1], None) == ""
 
 
 def test_a_running_reply_has_an_empty_slot_its_live_words_go_into(model_agent):
@@ -80,10 +79,10 @@ def test_every_chunk_reaches_the_page_even_with_a_stream_every_saved_by_an_earli
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_streamed_chunk_reads_nothing_and_writes_only_its_events_number(model_agent):
+def test_a_streamed_chunk_costs_no_statement(model_agent, published):
     """The runtime asks the database nothing per chunk (whether the reply is still this
-    runner's is the halt's to say): each chunk's event costs the one statement that numbers
-    it, and the words are never stored while they come."""
+    runner's is the halt's to say), and writes nothing: its words are never stored while
+    they come, and their event takes no number."""
     chat = ChatFactory(agent=model_agent, title="Count")
     turn = message_send(conversation=chat, text="count")
     streamer = stepping._TextStreamer(
@@ -92,9 +91,9 @@ def test_a_streamed_chunk_reads_nothing_and_writes_only_its_events_number(model_
     with CaptureQueriesContext(connection) as queries:
         for text in ("one", "one two", "one two three"):
             assert streamer(text)
-    statements = [query["sql"] for query in queries.captured_queries]
-    assert len(statements) == 3, statements
-    assert all(sql.startswith("UPDATE") and EventStream._meta.db_table in sql for sql in statements)
+    assert queries.captured_queries == []
+    said = [e.data["text"] for e in published if e.type == events.REPLY_TEXT]
+    assert said == ["one", "one two", "one two three"]  # each chunk's event went all the same
 
 
 @pytest.mark.django_db(transaction=True)

@@ -356,13 +356,13 @@ def words_written(conversation: Conversation, text: str) -> None:
     )
 
 
-async def test_words_heard_while_a_push_renders_go_out_newest_only_and_in_order(
+async def test_words_go_out_alone_unnumbered_the_newest_once_the_last_went(
     owner, agent, cookie, chat, monkeypatch
 ):
-    """While a push is in flight, a reply's words heard meanwhile wait for the next one,
-    and only the newest are in it; the chat's other events are in it too, in their order.
-    A tab that doesn't show the chat is sent nothing for its words alone: their numbers go
-    with its next push, so its page sees no gap."""
+    """A reply's words take no number: they go to the tabs showing their chat in pushes
+    of their own, marked as words, and while one is sent the words heard meanwhile wait,
+    and only the newest go next. A tab that doesn't show the chat is sent nothing for
+    them, and no page's numbers move: the next event follows the hello with no gap."""
     other = await database_sync_to_async(ChatFactory)(owner=owner, agent=agent, title="Other")
     rendering = asyncio.Event()
     real_render = pushes.render_words
@@ -372,6 +372,7 @@ async def test_words_heard_while_a_push_renders_go_out_newest_only_and_in_order(
         return real_render(*args, **kwargs)
 
     monkeypatch.setattr(pushes, "render_words", render)
+    hello = await database_sync_to_async(events.current_seq)(owner.pk)
     showing = await open_tabs(cookie, 1, chat=chat)
     tabs = showing + await open_tabs(cookie, 1)
     try:
@@ -379,35 +380,33 @@ async def test_words_heard_while_a_push_renders_go_out_newest_only_and_in_order(
             await database_sync_to_async(words_written)(chat, "Hel")
             await asyncio.wait_for(rendering.wait(), TIMEOUT)  # its push waits to render
             await database_sync_to_async(words_written)(chat, "Hello")
-            await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
             await database_sync_to_async(words_written)(chat, "Hello, world")
             await database_sync_to_async(words_written)(other, "Elsewhere")
-        first = await receive_all(showing)
+        first = await showing[0].receive_from(TIMEOUT)
+        newest = await showing[0].receive_from(TIMEOUT)
+        await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
         shown, elsewhere = await receive_all(tabs)
     finally:
         await close_tabs(tabs)
 
-    assert "<p>Hel</p>" in first[0]
-    start = seq_of(first[0])[0]
-    marker = f'data-seq="{start + 4}" data-kind="event" data-first="{start + 1}"'
-    assert shown.startswith(f'<span id="conch-seq" {marker}')
-    assert shown.count('id="reply-1-text"') == 1 and "<p>Hello, world</p>" in shown
-    assert "<p>Hello</p>" not in shown and "Elsewhere" not in shown
-    # The status's regions first, then the words that came after it.
-    assert shown.index('id="chat-controls"') < shown.index('id="reply-1-text"')
-    # The tab elsewhere: one push, the status's row, with every number since its hello.
-    from_start = f'data-seq="{start + 4}" data-kind="event" data-first="{start}"'
-    assert elsewhere.startswith(f'<span id="conch-seq" {from_start}')
-    assert f'<li id="row-{chat.public_id}"' in elsewhere
-    assert "reply-1-text" not in elsewhere and 'id="chat-controls"' not in elsewhere
+    words_marker = '<span id="conch-seq" data-seq="0" data-kind="words"'
+    assert first.startswith(words_marker) and "<p>Hel</p>" in first
+    assert newest.startswith(words_marker) and "<p>Hello, world</p>" in newest
+    assert "Elsewhere" not in first + newest + shown + elsewhere
+    # The status: the next number after the hello, to both tabs, and nothing else before it.
+    for push in (shown, elsewhere):
+        assert push.startswith(f'<span id="conch-seq" data-seq="{hello + 1}" data-kind="event"')
+        assert "data-first" not in push.split(">", 1)[0]
+    assert "reply-1-text" not in elsewhere and 'id="chat-controls"' in shown
 
 
-async def test_a_chats_page_still_rendering_holds_back_only_the_tabs_showing_that_chat(
+async def test_a_chats_page_still_rendering_holds_back_no_words_and_is_followed_by_them(
     owner, agent, cookie, chat, monkeypatch
 ):
-    """A chat's page renders on the render thread while another reply's words come: those
-    words reach the tabs showing their chat at once; the tabs showing the first chat get
-    its page, then what came after it, in order."""
+    """A chat's page renders on the render thread while replies' words come: the words
+    reach the tabs showing their chat at once, that chat's too, ahead of its page. The
+    page, read afresh, draws the running reply's words empty (they are never stored), so
+    the newest words heard since the event that redraws it go again after it."""
     other = await database_sync_to_async(ChatFactory)(owner=owner, agent=agent, title="Other")
     page_rendering, page_may_end = threading.Event(), threading.Event()
     real = regions.render_run_for_chat
@@ -422,6 +421,8 @@ async def test_a_chats_page_still_rendering_holds_back_only_the_tabs_showing_tha
     on_chat = await open_tabs(cookie, 1, chat=chat)
     on_other = await open_tabs(cookie, 1, chat=other)
     try:
+        await database_sync_to_async(words_written)(chat, "Said before the status")
+        before = await on_chat[0].receive_from(TIMEOUT)
         await database_sync_to_async(status_changed)(chat, Status.NEEDS_YOU)
         assert await asyncio.to_thread(page_rendering.wait, TIMEOUT)
         await database_sync_to_async(words_written)(other, "Hi from the other")
@@ -430,23 +431,30 @@ async def test_a_chats_page_still_rendering_holds_back_only_the_tabs_showing_tha
             await on_other[0].receive_from(TIMEOUT),
             await on_other[0].receive_from(TIMEOUT),
         )
+        ahead = await on_chat[0].receive_from(TIMEOUT)
         assert not page_may_end.is_set()  # all of that while the page was still rendering
         page_may_end.set()
-        page, later = await on_chat[0].receive_from(TIMEOUT), await on_chat[0].receive_from(TIMEOUT)
+        page, again = await on_chat[0].receive_from(TIMEOUT), await on_chat[0].receive_from(TIMEOUT)
+        # Once a later event redraws the page, words heard before it don't go again.
+        await database_sync_to_async(status_changed)(chat, Status.WORKING)
+        redrawn = await on_chat[0].receive_from(TIMEOUT)
+        await database_sync_to_async(words_written)(chat, "After the redraw")
+        after = await on_chat[0].receive_from(TIMEOUT)  # the next push: nothing came between
     finally:
         page_may_end.set()
         await close_tabs(on_chat + on_other)
 
+    assert "<p>Said before the status</p>" in before
     assert f'<li id="row-{chat.public_id}"' in row and "is-needs_you" in row
-    assert "<p>Hi from the other</p>" in words
+    assert "<p>Hi from the other</p>" in words and 'data-kind="words"' in words
+    assert "<p>Hi from this one</p>" in ahead and 'data-kind="words"' in ahead
     assert 'id="chat-controls"' in page and "is-needs_you" in page
-    assert "<p>Hi from this one</p>" in later
-    # In order, and no gap: the other chat's words came between, and go with the later push.
-    assert "data-first" not in page.split(">", 1)[0]
-    marked = (
-        f'data-seq="{seq_of(page)[0] + 2}" data-kind="event" data-first="{seq_of(page)[0] + 1}"'
-    )
-    assert later.startswith(f'<span id="conch-seq" {marked}')
+    assert again.startswith('<span id="conch-seq" data-seq="0" data-kind="words"')
+    assert "<p>Hi from this one</p>" in again and "before the status" not in again
+    # In order, and no gap: the words took no number.
+    assert "<p>After the redraw</p>" in after
+    assert seq_of(redrawn)[0] == seq_of(page)[0] + 1
+    assert "data-first" not in page.split(">", 1)[0] + redrawn.split(">", 1)[0]
 
 
 async def test_events_sent_together_reach_the_tabs_as_one_push(owner, cookie, chat):
@@ -459,21 +467,30 @@ async def test_events_sent_together_reach_the_tabs_as_one_push(owner, cookie, ch
     try:
         assert connected
         hello = seq_of(await tab.receive_from(timeout=TIMEOUT))[0]
+        words = {"turn": 1, "text": "Hi"}
         together = [
             events.Event(events.STATUS, owner.pk, hello + 1, chat.public_id).as_message(),
+            events.Event(events.TASK_CHANGED, owner.pk, hello + 2, None).as_message(),
             events.Event(
-                events.REPLY_TEXT, owner.pk, hello + 2, chat.public_id, {"turn": 1, "text": "Hi"}
+                events.REPLY_TEXT, owner.pk, events.UNNUMBERED, chat.public_id, words
             ).as_message(),
         ]
         await get_channel_layer().group_send(
             events.owner_group(owner.pk), {"type": events.EVENTS_MESSAGE, "events": together}
         )
-        push = await tab.receive_from(timeout=TIMEOUT)
+        # The words at once, the run's one push, and the words again after its page.
+        pushed = [await tab.receive_from(timeout=TIMEOUT) for _ in range(3)]
     finally:
         await close_tabs([tab])
+    [push] = [push for push in pushed if 'data-kind="event"' in push.split(">", 1)[0]]
     marker = f'data-seq="{hello + 2}" data-kind="event" data-first="{hello + 1}"'
     assert push.startswith(f'<span id="conch-seq" {marker}')
-    assert 'id="chat-controls"' in push and "<p>Hi</p>" in push
+    assert 'id="chat-controls"' in push
+    said = [other for other in pushed if other is not push]
+    assert pushed[-1] in said and len(said) == 2
+    for words_push in said:
+        assert words_push.startswith('<span id="conch-seq" data-seq="0" data-kind="words"')
+        assert "<p>Hi</p>" in words_push
 
 
 async def test_a_push_heard_while_a_tab_connects_waits_for_its_hello(cookie, chat, monkeypatch):
@@ -525,17 +542,19 @@ def test_a_run_carries_at_most_max_run_events():
 
 
 def test_a_chats_page_gets_each_part_once_and_nothing_a_later_part_shows_anew():
-    run = regions.PushRun.of(events.REPLY_TEXT, 1, "c_one", {"turn": 3, "text": "Hel"})
-    run.add(events.REPLY_TEXT, 2, "c_one", {"turn": 3, "text": "Hello"})
-    assert run.parts["c_one"] == [regions.ChatPart(regions.WORDS, turn=3, text="Hello")]
-    assert run.rows == []  # the words alone change no row
+    card = sorted(events.CARD_EVENT_TYPES - events.ROW_CARD_EVENT_TYPES)[0]  # together's
+    run = regions.PushRun.of(card, 1, "c_one", {})
+    run.add(card, 2, "c_one", {})
+    assert run.parts["c_one"] == [regions.ChatPart(regions.TRANSCRIPT)]
+    assert run.rows == []  # a card alone changes no row
 
-    run.add(events.STATUS, 3, "c_one", {})  # every region, the running reply's too
-    run.add(events.REPLY_TEXT, 4, "c_one", {"turn": 3, "text": "Hello, wor"})
-    run.add(events.REPLY_TEXT, 5, "c_two", {})  # words for no reply: nothing to show
+    run.add(events.STATUS, 3, "c_one", {})  # every region, the transcript too
+    run.add(card, 4, "c_one", {})
+    run.add(card, 5, "c_one", {})
+    run.add(events.TASK_CHANGED, 6, None, {})  # no chat's: nothing to show on one
     assert run.parts["c_one"] == [
         regions.ChatPart(regions.REGIONS),
-        regions.ChatPart(regions.WORDS, turn=3, text="Hello, wor"),
+        regions.ChatPart(regions.TRANSCRIPT),
     ]
-    assert run.rows == ["c_one"] and "c_two" not in run.parts
-    assert (run.first, run.last) == (1, 5)
+    assert run.rows == ["c_one"] and list(run.parts) == ["c_one"]
+    assert (run.first, run.last) == (1, 6)
