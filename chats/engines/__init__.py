@@ -47,4 +47,19 @@ def engine_for(agent: Agent) -> Engine:
         ) from None
 
 
+def preload() -> None:
+    """Import what a reply needs and the other commands don't: the model SDK (``openai``,
+    some 80,000 objects and most of a second), which the ``openai`` engine imports only
+    when it first talks to a model, so that ``manage.py``'s quick commands start quickly.
+
+    A server or worker calls this before :func:`conch.collector.settle`, which freezes
+    what start-up made: imported at the first reply instead, the SDK would be walked by
+    every full collection after it, a pause of tens of milliseconds that holds the GIL,
+    and so every reply's words, in flight.
+    """
+    import openai  # noqa: F401
+    import openai.types.chat  # noqa: F401
+    from openai import OpenAI  # noqa: F401
+
+
 register_summarizer("openai", summarizer_factory)

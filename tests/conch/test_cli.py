@@ -262,6 +262,7 @@ def no_daphne(monkeypatch):
     )
     monkeypatch.setattr("chats.events.bind_loop", lambda loop: None)
     monkeypatch.setattr("conch.collector.settle", lambda: calls.append("collector settled"))
+    monkeypatch.setattr(serve.engines, "preload", lambda: calls.append("model SDK imported"))
     monkeypatch.setattr(serve, "call_command", lambda *a, **k: calls.append(a))
     # The test's transaction holds the connection: serve must not close it here.
     monkeypatch.setattr(serve, "connection", SimpleNamespace(vendor="sqlite", close=lambda: None))
@@ -278,10 +279,10 @@ def test_serve_starts_the_runner_before_daphne_and_sets_the_websocket_timeout(
 
     assert no_daphne[0] == ("migrate",)
     assert no_daphne[1] == ("runner started", True)  # SQLite: the only runner there is
-    # Start-up is done: what it made is kept out of the collector's full walks.
-    assert no_daphne[2] == "collector settled"
-    _, server = no_daphne[3]
-    assert no_daphne[4:] == ["runner stopped"]
+    # Start-up is done: what it made, the model SDK too, is kept out of full collections.
+    assert no_daphne[2:4] == ["model SDK imported", "collector settled"]
+    _, server = no_daphne[4]
+    assert no_daphne[5:] == ["runner stopped"]
     assert server.websocket_timeout == 4321
     assert server.endpoints == ["tcp:port=8000:interface=127.0.0.1"]
     assert isinstance(server.application, StaticFiles)  # a climb out of /static/ is a 404

@@ -7,6 +7,9 @@ every few seconds under load: bench_inbound's p99 at the door.
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
 import weakref
 from types import SimpleNamespace
 
@@ -85,7 +88,34 @@ def test_a_worker_settles_the_collector_once_its_runner_has_started(monkeypatch)
     monkeypatch.setattr(worker, "connections", Connections(default=SimpleNamespace(vendor="")))
     monkeypatch.setattr(worker, "threading", SimpleNamespace(Event=Stop))
     monkeypatch.setattr(collector, "settle", lambda: calls.append("collector settled"))
+    monkeypatch.setattr(worker.engines, "preload", lambda: calls.append("model SDK imported"))
 
     call_command("worker")
 
-    assert calls == ["runner started", "collector settled", "running", "runner stopped"]
+    assert calls == [
+        "runner started",
+        "model SDK imported",  # before the collector settles, so that it is frozen too
+        "collector settled",
+        "running",
+        "runner stopped",
+    ]
+
+
+def test_preloading_imports_the_model_sdk_a_reply_would_import_later():
+    """What the engine imports at a reply's first call to a model, preload() has imported:
+    the server freezes it at start-up, and no full collection walks it afterwards."""
+    script = (
+        "import sys; from chats import engines; "
+        "assert 'openai' not in sys.modules, 'imported before it is asked for'; "
+        "engines.preload(); "
+        "assert {'openai', 'openai.types.chat'} <= set(sys.modules)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "conch.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); " + script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr

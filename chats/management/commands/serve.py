@@ -20,6 +20,7 @@ from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from chats import engines
 from chats.engines.discovery import LOOPBACK_HOSTS
 from chats.forms import base_url_clean
 from conch import collector
@@ -146,6 +147,7 @@ class Command(BaseCommand):
         events.bind_loop(reactor._asyncioEventloop)
         runner = start_embedded_runner(lone=lone)
         self.stdout.write(f"Runner {runner.name} started with {runner.threads} threads.")
+        engines.preload()  # the model SDK, imported now so that settle() freezes it too
         collector.settle()  # start-up is done: full collections walk only what comes after
         try:
             server.run()

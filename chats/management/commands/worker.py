@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 
+from chats import engines
 from chats.runtime.runner import Runner
 from conch import collector
 
@@ -84,6 +85,7 @@ class Command(BaseCommand):
         previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         runner = LoggingRunner(lone=False, threads=threads).start()
         log.info("worker %s started with %s threads", runner.name, runner.threads)
+        engines.preload()  # the model SDK, imported now so that settle() freezes it too
         collector.settle()  # start-up is done: full collections walk only what comes after
         try:
             while not stop.wait(1.0):
