@@ -47,9 +47,6 @@ RENDER_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-rend
 # What renders without the database (a run's marker alone, a running reply's words)
 # renders here: a chat's page rendering on RENDER_THREAD never holds up another's words.
 WORDS_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="conch-render-words")
-# How often a listener joins its owner's group again: channels_redis forgets a member
-# after a day (group_expiry), however busy its channel is.
-REJOIN_SECONDS = 3600.0
 # A listener whose channel layer failed tries again after this long.
 RETRY_SECONDS = 1.0
 # At most this many events in one push, however many were heard while the last rendered.
@@ -159,15 +156,11 @@ class OwnerTabs:
         self._joined: asyncio.Task[None] = asyncio.ensure_future(self._join())
 
     async def _join(self) -> None:
-        # The layer's own prefix: channels_redis hears all of a process's channels on one
-        # key, named by it; a channel with another prefix is heard only while it receives
-        # alone, and its events wait while a tab's own channel holds the receive.
         self.channel = await self.layer.new_channel()
         await self.layer.group_add(self.group, self.channel)
         self._tasks = [
             asyncio.ensure_future(self._hear()),
             asyncio.ensure_future(self._push_heard()),
-            asyncio.ensure_future(self._stay_joined()),
         ]
 
     async def joined(self) -> None:
@@ -250,14 +243,6 @@ class OwnerTabs:
                     await self.push(run)
                 except Exception:  # at most once: each page sees the gap at the next number
                     log.exception("could not push events %s to %s", run.first, run.last)
-
-    async def _stay_joined(self) -> None:
-        while True:
-            await asyncio.sleep(REJOIN_SECONDS)
-            try:
-                await self.layer.group_add(self.group, self.channel)
-            except Exception:
-                log.warning("could not join %s again", self.group, exc_info=True)
 
     async def push(self, run: regions.PushRun) -> None:
         """One run of events to every tab here: what every tab gets, rendered once, then

@@ -293,23 +293,28 @@ DATABASES = _databases()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 
-# How long a read from Redis may wait. redis-py 8 gives every read a 5 s timeout by
-# default: exactly as long as channels_redis's blocking receive waits (BZPOPMIN,
-# brpop_timeout), so any socket idle for 5 s failed its receive and was torn down
-# (channels_redis#422). Longer than that wait, and still short enough to notice a
-# Redis that went silent.
+# How long a read from Redis may wait: redis-py 8 gives every read 5 s by default. The
+# Pub/Sub layer's reads wait 0.1 s at most; a command on a Redis that went silent fails
+# after this long, and the pages see the gap.
 REDIS_SOCKET_TIMEOUT = 15.0
 
 
 def redis_channel_layer(url: str, *, prefix: str) -> dict:
-    """The Redis channel layer's settings for this URL (``REDIS_URL``)."""
+    """The Redis channel layer's settings for this URL (``REDIS_URL``).
+
+    channels_redis's Pub/Sub layer: a send is one PUBLISH, heard by every process with a
+    page in its group. Its list-based layer took four round trips a send and three a
+    receive, and kept each message until read, which Conch doesn't need: an event is a
+    hint, delivered at most once, and a page that misses one sees the gap and fetches
+    what it missed (chats/events.py).
+    """
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ImproperlyConfigured(
             f"REDIS_URL must start with redis://, rediss:// or unix:// (got {url!r})."
         )
     host = {"address": url, "socket_timeout": REDIS_SOCKET_TIMEOUT}
     return {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {"hosts": [host], "prefix": prefix},
     }
 

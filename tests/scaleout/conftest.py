@@ -28,6 +28,16 @@ from tests.scaleout.processes import manage_ok, process_env
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
+def redis_layer_made(prefix: str):
+    """The channel layer conch/settings.py sets up for REDIS_URL, made as Channels makes it."""
+    from django.utils.module_loading import import_string
+
+    from conch.settings import redis_channel_layer
+
+    config = redis_channel_layer(REDIS_URL, prefix=prefix)
+    return import_string(config["BACKEND"])(**config["CONFIG"])
+
+
 def scaleout_required() -> bool:
     return os.environ.get("CI", "").lower() == "true" or os.environ.get(
         "CONCH_SCALEOUT_TESTS", ""

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from channels_redis.core import RedisChannelLayer
 
 from chats import events
-from conch.settings import redis_channel_layer
-from tests.scaleout.conftest import REDIS_URL
+from tests.scaleout.conftest import REDIS_URL, redis_layer_made
 from tests.scaleout.processes import manage, manage_ok
 
 pytestmark = pytest.mark.scaleout
@@ -45,7 +43,7 @@ def _create_owner(scaleout) -> int:
 
 async def test_an_event_published_in_another_process_reaches_the_owners_group(scaleout):
     owner_id = await asyncio.to_thread(_create_owner, scaleout)
-    layer = RedisChannelLayer(hosts=[REDIS_URL], prefix=scaleout.channel_prefix)
+    layer = redis_layer_made(scaleout.channel_prefix)
     try:
         channel = await layer.new_channel()
         await layer.group_add(events.owner_group(owner_id), channel)
@@ -68,21 +66,19 @@ async def test_an_event_published_in_another_process_reaches_the_owners_group(sc
             await asyncio.wait_for(layer.receive(channel), timeout=0.5)
     finally:
         await layer.flush()
-        await layer.close_pools()
 
 
-async def test_a_channel_idle_longer_than_a_blocking_receive_still_hears_the_next_event(
+async def test_a_channel_idle_longer_than_a_read_may_wait_still_hears_the_next_event(
     scaleout,
 ):
-    """A tab's listener waits on Redis for as long as nothing happens. redis-py 8 gave
-    every read a 5 s timeout, channels_redis's blocking receive waits 5 s too: an idle
+    """A tab's listener waits on Redis for as long as nothing happens. redis-py 8 gives
+    every read a 5 s timeout, and channels_redis's list layer waited 5 s a receive: an idle
     receive failed, and the sockets it served were torn down (channels_redis#422)."""
-    config = redis_channel_layer(REDIS_URL, prefix=scaleout.channel_prefix)["CONFIG"]
-    layer = RedisChannelLayer(**config)
+    layer = redis_layer_made(scaleout.channel_prefix)
     try:
         channel = await layer.new_channel()
         await layer.group_add(events.owner_group(1), channel)
-        idle = layer.brpop_timeout + 1.5  # past one blocking receive, and redis-py's default
+        idle = 5 + 1.5  # past redis-py's default read timeout
         message = {"type": "conch.event", "event": events.STATUS, "seq": 1}
         asyncio.get_running_loop().call_later(
             idle, lambda: asyncio.ensure_future(layer.group_send(events.owner_group(1), message))
@@ -90,7 +86,35 @@ async def test_a_channel_idle_longer_than_a_blocking_receive_still_hears_the_nex
         assert await asyncio.wait_for(layer.receive(channel), timeout=idle + 10) == message
     finally:
         await layer.flush()
-        await layer.close_pools()
+
+
+async def test_a_listener_hears_again_once_its_connection_to_redis_was_cut(scaleout):
+    """Redis dropped the listener's connection (a restart, a failover, CLIENT KILL): the
+    layer connects again and subscribes again, and the next events are heard. What was
+    sent meanwhile is lost, as a page that sees the gap knows."""
+    import redis.asyncio
+
+    layer = redis_layer_made(scaleout.channel_prefix)
+    admin = redis.asyncio.Redis.from_url(REDIS_URL)
+    group = events.owner_group(1)
+    try:
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        await layer.group_send(group, {"type": "conch.event", "seq": 1})
+        assert (await asyncio.wait_for(layer.receive(channel), timeout=10))["seq"] == 1
+
+        assert await admin.client_kill_filter(_type="pubsub") >= 1
+        received = asyncio.ensure_future(layer.receive(channel))
+        seq, deadline = 1, asyncio.get_running_loop().time() + 20
+        while not received.done():  # sent until heard: those sent while it reconnects are lost
+            assert asyncio.get_running_loop().time() < deadline, "never heard again"
+            seq += 1
+            await layer.group_send(group, {"type": "conch.event", "seq": seq})
+            await asyncio.wait([received], timeout=0.2)
+        assert 1 < received.result()["seq"] <= seq
+    finally:
+        await layer.flush()
+        await admin.aclose()
 
 
 # Run in child manage.py processes: one signs the owner in, another signs that session out.
@@ -121,7 +145,7 @@ async def test_a_sign_out_in_another_process_reaches_that_sessions_sockets(scale
     signed_in = await asyncio.to_thread(manage_ok, "shell", "-c", SIGN_IN, env=scaleout.env)
     (line,) = [line for line in signed_in.stdout.splitlines() if line.startswith("signed-in ")]
     _, session, group = line.split()
-    layer = RedisChannelLayer(hosts=[REDIS_URL], prefix=scaleout.channel_prefix)
+    layer = redis_layer_made(scaleout.channel_prefix)
     try:
         channel = await layer.new_channel()
         await layer.group_add(group, channel)
@@ -134,4 +158,3 @@ async def test_a_sign_out_in_another_process_reaches_that_sessions_sockets(scale
         assert message == {"type": "session.ended"}
     finally:
         await layer.flush()
-        await layer.close_pools()

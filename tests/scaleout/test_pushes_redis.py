@@ -60,4 +60,3 @@ async def test_every_event_reaches_every_tab_while_the_tabs_own_channels_receive
             await tab.disconnect()
         await database_sync_to_async(close_old_connections)()
         await redis_layer.flush()
-        await redis_layer.close_pools()
