@@ -252,9 +252,13 @@ def no_daphne(monkeypatch):
         def stop(self):
             calls.append("runner stopped")
 
+    when_running: list = []
+
     def run(server):
         calls.append(("daphne runs", server))
         server.listen_success(_Port())
+        for call in when_running:  # as the reactor does once it runs
+            call()
 
     monkeypatch.setattr(
         "chats.runtime.runner.start_embedded_runner",
@@ -262,6 +266,7 @@ def no_daphne(monkeypatch):
     )
     monkeypatch.setattr("chats.events.bind_loop", lambda loop: None)
     monkeypatch.setattr("conch.collector.settle", lambda: calls.append("collector settled"))
+    monkeypatch.setattr("twisted.internet.reactor.callWhenRunning", when_running.append)
     monkeypatch.setattr(serve.engines, "preload", lambda: calls.append("model SDK imported"))
     monkeypatch.setattr(serve, "call_command", lambda *a, **k: calls.append(a))
     # The test's transaction holds the connection: serve must not close it here.
@@ -279,10 +284,10 @@ def test_serve_starts_the_runner_before_daphne_and_sets_the_websocket_timeout(
 
     assert no_daphne[0] == ("migrate",)
     assert no_daphne[1] == ("runner started", True)  # SQLite: the only runner there is
-    # Start-up is done: what it made, the model SDK too, is kept out of full collections.
-    assert no_daphne[2:4] == ["model SDK imported", "collector settled"]
-    _, server = no_daphne[4]
-    assert no_daphne[5:] == ["runner stopped"]
+    _, server = no_daphne[2]
+    # Listening, start-up is done: what it made, the model SDK too, is kept out of full
+    # collections, before the first request is served.
+    assert no_daphne[3:] == ["model SDK imported", "collector settled", "runner stopped"]
     assert server.websocket_timeout == 4321
     assert server.endpoints == ["tcp:port=8000:interface=127.0.0.1"]
     assert isinstance(server.application, StaticFiles)  # a climb out of /static/ is a 404

@@ -147,8 +147,10 @@ class Command(BaseCommand):
         events.bind_loop(reactor._asyncioEventloop)
         runner = start_embedded_runner(lone=lone)
         self.stdout.write(f"Runner {runner.name} started with {runner.threads} threads.")
-        engines.preload()  # the model SDK, imported now so that settle() freezes it too
-        collector.settle()  # start-up is done: full collections walk only what comes after
+        # Daphne listens (and the link is printed) before its reactor runs; the rest of
+        # start-up takes a moment (most of a second here, more on a busy machine), so it
+        # is done once the reactor runs, its signal handlers set, before the first request.
+        reactor.callWhenRunning(_start_up_done)
         try:
             server.run()
         finally:
@@ -216,3 +218,8 @@ class ConchServer(Server):
         super().listen_success(port)
         if self.on_listening and self.listening_addresses:
             self.on_listening(self.listening_addresses[-1][1])
+
+
+def _start_up_done() -> None:
+    engines.preload()  # the model SDK, imported now so that settle() freezes it too
+    collector.settle()  # start-up is done: full collections walk only what comes after
