@@ -9,7 +9,10 @@
  *   (data-closes-details, as Rename) gives focus back to its summary.
  * - A region pushed again over the socket keeps the focus on the control
  *   that had it (found again by its id), so a push never drops it to the page,
- *   and the words typed into its boxes (a deny's reason, an edited message).
+ *   the words typed into its boxes (a deny's reason, an edited message), and the
+ *   menus open in it (found again by their ids): a running reply pushes the chat's
+ *   settings at each step, and "Allowed without asking" must stay open for its
+ *   Take back to be pressed. Only the person, or a form that closes its menu, closes one.
  * - Escape closes the open menu it is in, or any open menu, and focuses its summary.
  * - Shortcuts: Ctrl+K or / searches (opening the chat list's drawer on a phone),
  *   Shift+Esc goes to the message box, Ctrl+Shift+O starts a new chat, ? lists them
@@ -59,8 +62,10 @@
     }
     var details = form.closest('details');
     if (details) {
-      details.open = false;
-      focusSoon(summaryOf(details));
+      // The menu as the page has it now: a region swapped in again kept it open.
+      var live = details.id ? document.getElementById(details.id) || details : details;
+      live.open = false;
+      focusSoon(summaryOf(live));
     }
   }
 
@@ -72,6 +77,7 @@
   // edited message): found again by the box's id, they are put back, caret and all.
   // Not the words of a form being sent: those are said, and its fresh form starts empty.
   var typed = {}; // id -> {value, start, end}
+  var menus = {}; // ids of the open menus of a region being replaced
   var sending = {}; // ids of the boxes of forms whose request is under way
 
   body.addEventListener('htmx:beforeRequest', function (evt) {
@@ -93,6 +99,7 @@
       refocus = active.id;
     }
     if (!target || !target.querySelectorAll) { return; }
+    target.querySelectorAll('details.menu[open][id]').forEach(function (menu) { menus[menu.id] = true; });
     target.querySelectorAll('textarea[id], input[id]:not([type]), input[id][type=text]').forEach(function (box) {
       if (box.value !== box.defaultValue && !sending[box.id]) {
         typed[box.id] = { value: box.value, start: box.selectionStart, end: box.selectionEnd };
@@ -119,7 +126,16 @@
     if (again && (!active || active === body)) { again.focus({ preventScroll: true }); }
   }
 
+  function menusAgain() {
+    Object.keys(menus).forEach(function (id) {
+      delete menus[id];
+      var menu = document.getElementById(id);
+      if (menu && menu.tagName === 'DETAILS') { menu.open = true; }
+    });
+  }
+
   body.addEventListener('htmx:oobAfterSwap', function () {
+    menusAgain();
     typedAgain();
     if (!refocus) { return; }
     var id = refocus;

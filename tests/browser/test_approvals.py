@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
+STEP = 0.3  # seconds per scripted action, as in test_workspace.py
 
 
 def write(path: str, content: str = "x\n") -> dict:
@@ -105,6 +106,46 @@ def test_the_three_answers_by_their_keys_each_kept_in_the_transcript(
     allowed.get_by_role("button", name="Take back write_file").click()
     expect(page.locator("#allowed-menu")).to_have_count(0)
     assert not StandingOk.objects.exists()
+
+
+def test_the_allowed_menu_opened_while_a_reply_runs_stays_open_through_its_pushes(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """A running reply pushes the chat's settings again at each step. "Allowed without
+    asking", opened meanwhile, must stay open through those pushes, or its Take back can't
+    be pressed: a push landing between the opening and the press closed it again."""
+    chat = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        mode=Mode.ASK,
+        reply=[{"tool": "list_files", "args": {}, "delay": STEP}] * 30,
+    )
+    StandingOk.objects.create(conversation=chat, tool="write_file")
+    StandingOk.objects.create(conversation=chat, tool="edit_file")
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+    send(page, "Look around")
+    expect(page.locator("#chat-title .badge")).to_have_text("working")
+
+    allowed = page.locator("#allowed-menu")
+    allowed.locator("summary").click()
+    expect(allowed).to_have_attribute("open", "")
+    # Marks the settings as they are now: a push's are new, without the mark.
+    page.locator("#chat-settings").evaluate("settings => settings.dataset.seen = 'yes'")
+    expect(page.locator("#chat-settings[data-seen]")).to_have_count(0)
+    expect(allowed).to_have_attribute("open", "")
+
+    allowed.get_by_role("button", name="Take back write_file").click()
+    expect(allowed.locator(".allowed-what")).to_have_text(["edit_file"])
+    expect(allowed).to_have_attribute("open", "")  # its own answer brought the settings too
+    allowed.get_by_role("button", name="Take back edit_file").click()
+    expect(allowed).to_have_count(0)
+    assert not StandingOk.objects.exists()
+
+    page.get_by_role("button", name="Stop").click()
+    expect(page.locator("#chat-title .badge")).not_to_have_text("working")
 
 
 def test_dont_ask_again_for_a_command_and_a_change_of_mode_takes_it_back(

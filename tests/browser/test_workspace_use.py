@@ -307,6 +307,26 @@ def test_rename_mode_and_stop_leave_focus_on_the_next_control_and_escape_closes_
     expect(inbound).not_to_have_attribute("open", "")
 
 
+def test_a_menu_its_answer_brings_back_open_is_closed_by_its_form_all_the_same(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """A region swapped in again keeps its open menus open (conch-keys.js); a form that
+    closes its menu (data-closes-details) closes the one its answer brought, not only the
+    one it was sent from, which that answer took away."""
+    chat = ChatFactory(owner=owner, agent=agent, folder=workspace, title="Inbound")
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, chat)
+
+    inbound = page.locator("#inbound-menu")
+    inbound.locator("summary").click()
+    inbound.get_by_role("button", name="Turn them away").click()
+
+    expect(inbound.locator("summary .tag")).to_have_text("Turn them away")
+    expect(inbound).not_to_have_attribute("open", "")
+    expect(inbound.locator("summary")).to_be_focused()
+
+
 def test_a_push_that_replaces_the_focused_stop_gives_focus_back_in_the_same_task(
     tab, sign_in, conch_server, owner, agent, workspace
 ):
