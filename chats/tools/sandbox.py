@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +163,14 @@ CREDENTIAL_STORES = (
 _HIDE, _SHOW, _WRITE = 0, 1, 2  # at the same path, the later one wins
 
 
+def conch_itself() -> tuple[str, ...]:
+    """Where Conch's own Python and code are: its interpreter, the virtualenv it runs in,
+    and the folder its code is in. A stdio MCP server is often one of its packages, run
+    by its interpreter, and the sandbox shows those wherever they are."""
+    here = Path(__file__).resolve().parents[2]  # the folder holding chats/, conch/…
+    return (sys.base_prefix, sys.prefix, str(here))
+
+
 def _real(path: str | os.PathLike | None) -> str | None:
     """The real path of an existing place other than /, or None."""
     if not path:
@@ -195,6 +204,12 @@ def _mounts(folder: str, *, network: bool) -> list[tuple[str, int, list[str]]]:
             mounts.append((home, _SHOW, ["--ro-bind", home, home]))
         for store in CREDENTIAL_STORES:
             hide(os.path.join(home, store))
+    for place in conch_itself():
+        # Read-only, where a shared place hides it (a checkout or virtualenv in /tmp):
+        # elsewhere it is shown with the rest of the system, or the owner's home.
+        real = _real(place)
+        if real and any(_inside(real, shared) for shared in SHARED_PLACES):
+            mounts.append((real, _SHOW, ["--ro-bind", real, real]))
     hide(settings.CONCH_HOME)
     if network:
         # The resolver's file often lives in /run, which is hidden: show that one file.

@@ -165,15 +165,8 @@ def conch_server(django_db_setup, django_db_blocker) -> Iterator[ConchServer]:
 
     Package-scoped: it stops after the last browser test, before its runner
     could claim the replies of the tests that run after these on the same database.
-
-    A checkout in a place the commands' sandbox hides (a clone in /tmp) can't be seen
-    inside it, so the MCP servers its runner starts from this checkout's interpreter run
-    unsandboxed there (``tests.chats.test_mcp.sandbox_hides``).
     """
-    from tests.chats.test_mcp import sandbox_hides
-
-    env = {"CONCH_SANDBOX": "off"} if sandbox_hides(sys.prefix) else None
-    yield from _start(django_db_setup, django_db_blocker, env=env)
+    yield from _start(django_db_setup, django_db_blocker)
 
 
 @pytest.fixture

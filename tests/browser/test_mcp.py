@@ -13,18 +13,9 @@ from chats.mcp import servers as mcp_servers
 from chats.models import McpServer, McpStatus, Mode
 from tests.browser.test_words import send
 from tests.browser.test_workspace import open_chat
-from tests.chats.test_mcp import sandbox_hides
 from tests.factories import ChatFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture(autouse=True)
-def servers_seen(settings):
-    """The git server runs from this checkout's interpreter: unsandboxed where the sandbox
-    hides the checkout (a clone in /tmp), here and in the running server (its conftest)."""
-    if sandbox_hides(sys.prefix):
-        settings.CONCH_SANDBOX = "off"
 
 
 def git(folder, *args: str) -> str:

@@ -369,6 +369,34 @@ def test_in_the_sandbox_tmp_is_the_commands_own(ctx, sandboxed, tmp_path):
         (Path("/tmp") / name).unlink(missing_ok=True)
 
 
+def test_in_the_sandbox_conchs_own_python_shows_where_tmp_would_hide_it(
+    ctx, sandboxed, monkeypatch, workspace
+):
+    """A checkout or virtualenv in /tmp (a clone, a CI run) holds the interpreter Conch's
+    MCP servers run with: the sandbox shows it, read-only, and nothing else of /tmp."""
+    from chats.tools import sandbox
+
+    ours = Path(tempfile.mkdtemp(prefix="conch-test-venv-", dir="/tmp"))
+    theirs = Path(tempfile.mkdtemp(prefix="conch-test-tmp-", dir="/tmp"))
+    try:
+        (ours / "python").write_text("Conch's interpreter\n")
+        (theirs / "left.txt").write_text("another program's temporary file\n")
+        here = sandbox.conch_itself()
+        monkeypatch.setattr(sandbox, "conch_itself", lambda: (*here, str(ours)))
+
+        result = run(
+            ctx,
+            command=f"cat {ours}/python {theirs}/left.txt; echo changed > {ours}/python",
+        )
+
+        assert "Conch's interpreter" in result.text
+        assert "another program's temporary file" not in result.text
+        assert (ours / "python").read_text() == "Conch's interpreter\n"  # read-only
+    finally:
+        shutil.rmtree(ours, ignore_errors=True)
+        shutil.rmtree(theirs, ignore_errors=True)
+
+
 def test_in_the_sandbox_root_cannot_make_the_system_writable(ctx, sandboxed, settings):
     name = f"conch-test-{uuid.uuid4().hex}"
     try:

@@ -57,24 +57,6 @@ ODD = str(Path(__file__).resolve().parents[1] / "fixtures" / "mcp_odd_server.py"
 TOKEN = "plum-velvet-harbour-42"  # no key's shape: only knowing it catches it
 
 
-def sandbox_hides(path: str) -> bool:
-    """Whether the commands' sandbox hides ``path`` (its shared places, such as /tmp)."""
-    from chats.tools.sandbox import SHARED_PLACES
-
-    real = os.path.realpath(path)
-    return any(real == place or real.startswith(place + "/") for place in SHARED_PLACES)
-
-
-@pytest.fixture(autouse=True)
-def servers_seen(settings):
-    """These servers run from this checkout's interpreter and files. A checkout in a place
-    the sandbox hides (a clone in /tmp) can't be seen inside it, so there they run
-    unsandboxed; what a sandboxed server sees is tested in tests/mcp/test_sandbox.py, with
-    its server copied into its folder."""
-    if sandbox_hides(sys.prefix) or sandbox_hides(ODD):
-        settings.CONCH_SANDBOX = "off"
-
-
 @pytest.fixture(autouse=True)
 def servers_closed():
     """Each test starts its servers afresh, and leaves none running."""
