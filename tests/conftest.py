@@ -54,6 +54,21 @@ def published():
     unsubscribe()
 
 
+@pytest.fixture
+def outside_site(settings):
+    """Pages served on loopback for one test (``site.page(path, body)``), which fetch_page
+    may read here: the outside a chat reads, for the tests of what reading it does."""
+    from tests.chats.test_fetch_page import Site
+
+    settings.CONCH_FETCH_ALLOW_PRIVATE = True
+    served = Site()
+    served.thread.start()
+    yield served
+    served.release.set()
+    served.server.shutdown()
+    served.server.server_close()
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings_xdist_suffix(request):
     """Each pytest-xdist worker its own test database, as pytest-django gives it, but

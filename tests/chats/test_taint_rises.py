@@ -13,30 +13,20 @@ from __future__ import annotations
 import pytest
 
 from chats import events
-from chats.models import Conversation, Step, Taint, TaintCause, TaintRise, Task
+from chats.models import Conversation, Taint, TaintCause, TaintRise, Task
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
 from chats.taint import Cause, taint_raise
-from tests.chats.test_fetch_page import Site
 from tests.factories import ChatFactory
+from tests.rises import rises, shape, step_of
 
 PAGE = "<html><head><title>Release notes</title></head><body><p>Sync is faster.</p></body></html>"
 
 
 @pytest.fixture
-def site():
-    served = Site()
-    served.thread.start()
-    served.page("/notes", PAGE)
-    yield served
-    served.release.set()
-    served.server.shutdown()
-    served.server.server_close()
-
-
-@pytest.fixture(autouse=True)
-def allow_loopback(settings):
-    settings.CONCH_FETCH_ALLOW_PRIVATE = True
+def site(outside_site):
+    outside_site.page("/notes", PAGE)
+    return outside_site
 
 
 def fetch(url: str) -> dict:
@@ -45,33 +35,6 @@ def fetch(url: str) -> dict:
 
 def say(words: str) -> dict:
     return {"say": words}
-
-
-def rises(chat: Conversation) -> list[TaintRise]:
-    return list(TaintRise.objects.filter(conversation=chat).order_by("at", "id"))
-
-
-def shape(rise: TaintRise) -> dict:
-    """A rise as the timeline reads it: every field but its id and its time."""
-    return {
-        "before": rise.before,
-        "after": rise.after,
-        "cause": rise.cause,
-        "url": rise.url,
-        "path": rise.path,
-        "source": rise.source_id,
-        "source_taint": rise.source_taint,
-        "source_rise": rise.source_rise_id,
-        "turn": rise.turn_id,
-        "step": rise.step_id,
-        "detail": rise.detail,
-    }
-
-
-def step_of(chat: Conversation, tool: str) -> Step:
-    return Step.objects.filter(turn__conversation=chat, tool=tool).order_by(
-        "turn__number", "number"
-    )[0]
 
 
 # ---------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import pytest
 from chats.models import TaintCause, TaintRise
 from chats.runtime.runner import drain
 from chats.runtime.turns import message_send
-from tests.chats.test_fetch_page import Site
 from tests.engines.fake_openai import Text, calls
 from tests.factories import ChatFactory
 
@@ -27,15 +26,9 @@ PAGE_PATH = "/quasar-notes-24.html"
 
 
 @pytest.fixture
-def site(settings):
-    settings.CONCH_FETCH_ALLOW_PRIVATE = True
-    served = Site()
-    served.thread.start()
-    served.page(PAGE_PATH, "<html><body><p>Sync is twice as fast.</p></body></html>")
-    yield served
-    served.release.set()
-    served.server.shutdown()
-    served.server.server_close()
+def site(outside_site):
+    outside_site.page(PAGE_PATH, "<html><body><p>Sync is twice as fast.</p></body></html>")
+    return outside_site
 
 
 def test_a_chat_careful_because_of_a_path_of_chats_never_hears_the_path(

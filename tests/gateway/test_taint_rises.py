@@ -19,10 +19,9 @@ from chats.gateway.routines import routine_run_now
 from chats.gateway.selectors import gateway_config
 from chats.models import Conversation, Taint, TaintCause, TaintRise
 from chats.runtime.runner import drain
-from tests.chats.test_fetch_page import Site
-from tests.chats.test_taint_rises import rises, shape
 from tests.factories import ChatFactory, RoutineFactory
 from tests.gateway.test_inbound import body, post
+from tests.rises import rises, shape
 
 UTC = dt.UTC
 
@@ -131,15 +130,9 @@ def test_the_next_generation_of_a_strangers_session_names_the_one_before(
 
 
 @pytest.fixture
-def site(settings):
-    settings.CONCH_FETCH_ALLOW_PRIVATE = True
-    served = Site()
-    served.thread.start()
-    served.page("/alerts", "<html><body><p>Two alerts overnight.</p></body></html>")
-    yield served
-    served.release.set()
-    served.server.shutdown()
-    served.server.server_close()
+def site(outside_site):
+    outside_site.page("/alerts", "<html><body><p>Two alerts overnight.</p></body></html>")
+    return outside_site
 
 
 @pytest.mark.django_db(transaction=True)

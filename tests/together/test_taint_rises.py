@@ -13,9 +13,8 @@ import pytest
 
 from chats.models import Conversation, Taint, TaintCause, Task, Turn, counted_ids
 from chats.runtime.runner import drain
-from tests.chats.test_fetch_page import Site
-from tests.chats.test_taint_rises import rises, shape, step_of
 from tests.factories import ChatFactory
+from tests.rises import only_rise, rises, shape, step_of
 from tests.together.conftest import look, message, wait_chat
 from together.models import ChatMessage
 
@@ -25,15 +24,9 @@ PAGE = (
 
 
 @pytest.fixture
-def site(settings):
-    settings.CONCH_FETCH_ALLOW_PRIVATE = True
-    served = Site()
-    served.thread.start()
-    served.page("/release.html", PAGE)
-    yield served
-    served.release.set()
-    served.server.shutdown()
-    served.server.server_close()
+def site(outside_site):
+    outside_site.page("/release.html", PAGE)
+    return outside_site
 
 
 def fetch(url: str) -> dict:
@@ -49,11 +42,6 @@ def page_reader(site, **fields) -> Conversation:
         **fields,
     )
     return a
-
-
-def only_rise(chat):
-    (rise,) = rises(chat)
-    return rise
 
 
 def test_a_message_from_a_careful_chat_is_written_down_when_it_is_taken_in(live, site):

@@ -15,7 +15,6 @@ from chats.gateway.models import OutboxMessage
 from chats.gateway.services import inbound_receive
 from chats.models import Conversation, Step, Taint, TaintCause, TaintRise
 from chats.runtime.runner import drain
-from tests.chats.test_fetch_page import Site
 from tests.factories import ChatFactory
 from tests.together.conftest import message
 
@@ -25,15 +24,9 @@ PAGE_PATH = "/quasar-notes-24.html"
 
 
 @pytest.fixture
-def site(settings):
-    settings.CONCH_FETCH_ALLOW_PRIVATE = True
-    served = Site()
-    served.thread.start()
-    served.page(PAGE_PATH, "<html><body><p>Sync is twice as fast.</p></body></html>")
-    yield served
-    served.release.set()
-    served.server.shutdown()
-    served.server.server_close()
+def site(outside_site):
+    outside_site.page(PAGE_PATH, "<html><body><p>Sync is twice as fast.</p></body></html>")
+    return outside_site
 
 
 @pytest.fixture
