@@ -1,7 +1,8 @@
 """A chat's taint: what it has read from outside, or whose words are in it. It only grows.
 
 :func:`taint_raise` is the one way it grows, for the tools that read from
-outside, the gateway's doors and ``together`` alike. Each rise is written down
+outside (through :func:`taint_outside`, which gives every outside read its one level),
+the gateway's doors and ``together`` alike. Each rise is written down
 where it happens, in the same transaction, as a :class:`~chats.models.TaintRise`
 with its :class:`Cause`: the chat's trust timeline, which says why a chat is
 careful. A chat made careful from its start (a task of a careful chat, a chat
@@ -125,6 +126,14 @@ class Cause:
     def words(self) -> str:
         """The cause in a few of Conch's words, for the chat's event."""
         return str(TaintCause(self.kind).label)
+
+
+def taint_outside(*, conversation: Conversation, cause: Cause) -> bool:
+    """Mark a chat as reading from outside, before it reads: a web page, an MCP tool's
+    answer. Every such read gives the same
+    level, ``untrusted``, kept here; a chat already careful stays as it is (it only grows).
+    """
+    return taint_raise(conversation=conversation, taint=Taint.UNTRUSTED, cause=cause)
 
 
 def taint_raise(*, conversation: Conversation, taint: str, cause: Cause) -> bool:

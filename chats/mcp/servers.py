@@ -46,10 +46,9 @@ from chats.models import (
     McpTool,
     McpTransport,
     Step,
-    Taint,
 )
 from chats.quoting import NOTHING, conch_note, conch_words, fence, plain
-from chats.taint import Cause, taint_raise
+from chats.taint import Cause, taint_outside
 from chats.tools.output import cut
 from chats.tools.registry import Tool, ToolContext, ToolError, ToolResult, schema_problem
 from chats.tools.sandbox import env_name_refused
@@ -460,9 +459,8 @@ class McpCall:
         except ValueError as exc:  # its settings were changed by hand since it was listed
             raise ToolError(ERR_SERVER_SETTINGS.format(server=server.name, why=exc)) from None
         # Marked before the call: the server may act on what it is sent, and answer anything.
-        taint_raise(
+        taint_outside(
             conversation=ctx.conversation,
-            taint=Taint.UNTRUSTED,
             cause=Cause.mcp(
                 server=server.name,
                 tool=self.tool,

@@ -49,9 +49,9 @@ from django.db import transaction
 
 from chats import events
 from chats.limits import LIMITS
-from chats.models import Conversation, Effect, Taint, Turn
+from chats.models import Conversation, Effect, Turn
 from chats.quoting import NOTHING, conch_note, conch_words, fence, plain
-from chats.taint import Cause, taint_raise
+from chats.taint import Cause, taint_outside
 from chats.tools.registry import BROWSING, Tool, ToolContext, ToolError, ToolResult, register
 
 USER_AGENT = "Conch/0.1 (fetch_page; a local assistant reading one page)"
@@ -500,11 +500,7 @@ def page_open(
     If this can't be written down, nothing is fetched.
     """
     with transaction.atomic():
-        taint_raise(
-            conversation=conversation,
-            taint=Taint.UNTRUSTED,
-            cause=Cause.page(url, turn=turn, step=step_id),
-        )
+        taint_outside(conversation=conversation, cause=Cause.page(url, turn=turn, step=step_id))
         opened = Turn.objects.filter(pk=turn.pk, ended_at__isnull=True, browser_open=False).update(
             browser_open=True
         )
