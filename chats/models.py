@@ -560,6 +560,7 @@ class TaintCause(models.TextChoices):
     STRANGER = "stranger", "someone else's words"
     IMPORT = "import", "an import"
     MCP = "mcp", "an MCP tool's result"
+    COMMAND_NETWORK = "command_network", "ran a command that could reach the network"
     PARENT = "parent", "started by a chat that was careful"
     PREVIOUS = "previous", "the session before it had someone else's words"
     SETUP = "setup", "started careful, as set up"

@@ -116,6 +116,16 @@ class Cause:
         )
 
     @classmethod
+    def command_network(
+        cls, *, sandboxed: bool, turn: Turn | None = None, step: int | None = None
+    ) -> Cause:
+        """A command that could reach the network: in the sandbox with the network its
+        persona allows, or without the sandbox (``sandboxed`` says which)."""
+        return cls(
+            TaintCause.COMMAND_NETWORK, turn=turn, step_id=step, detail={"sandboxed": sandboxed}
+        )
+
+    @classmethod
     def parent(cls, parent: Conversation) -> Cause:
         return cls(TaintCause.PARENT, source=parent)
 
@@ -130,7 +140,7 @@ class Cause:
 
 def taint_outside(*, conversation: Conversation, cause: Cause) -> bool:
     """Mark a chat as reading from outside, before it reads: a web page, an MCP tool's
-    answer. Every such read gives the same
+    answer, a command that could reach the network. Every such read gives the same
     level, ``untrusted``, kept here; a chat already careful stays as it is (it only grows).
     """
     return taint_raise(conversation=conversation, taint=Taint.UNTRUSTED, cause=cause)

@@ -236,6 +236,16 @@ def _words(rise: TaintRise, chat: ChatRef | None, *, had: bool) -> Words:
             + f"{_detail(rise, 'tool') or 'a tool'} on the MCP server ‘{_detail(rise, 'server')}’"
             + (f" ({url})" if url else "")
         )
+    if cause == TaintCause.COMMAND_NETWORK:
+        detail = rise.detail if isinstance(rise.detail, dict) else {}
+        how = (
+            "in the sandbox, with the network its persona allows"
+            if detail.get("sandboxed")
+            else "without the sandbox"
+        )
+        return Words(
+            say("ran a command", "had run a command") + f" that could reach the network ({how})"
+        )
     if cause == TaintCause.STRANGER:
         channel, sender = _detail(rise, "channel"), _detail(rise, "sender")
         where = ", ".join(part for part in (channel, f"from {sender}" if sender else "") if part)

@@ -20,6 +20,14 @@ from pathlib import Path
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 
 
+def command_fetching(url: str) -> dict:
+    """A run_command call that reads ``url`` itself, as curl would, and prints the page."""
+    code = (
+        f"import urllib.request; print(urllib.request.urlopen('{url}', timeout=5).read().decode())"
+    )
+    return {"tool": "run_command", "args": {"command": f'{PYTHON} -c "{code}"'}}
+
+
 def sleep_marker() -> str:
     """A sleep length that marks one test's command: ``sleep <it>`` lasts about 30 s."""
     return f"30.{secrets.randbelow(10**8):08d}1"

@@ -16,6 +16,7 @@ from chats import processes
 from chats.limits import LIMITS, size_words
 from chats.models import Effect, Step
 from chats.quoting import file_name, known_secrets, scrub_secrets
+from chats.taint import Cause, taint_outside
 from chats.tools import diffs, reaper, sandbox
 from chats.tools.beneath import makedirs_beneath, open_beneath, open_folder
 from chats.tools.output import Output
@@ -410,6 +411,13 @@ def _run_command(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
     except ValueError as exc:
         raise ToolError(f"The persona {agent.slug!r} has bad command settings: {exc}") from None
     argv, sandboxed, note = _command_argv(ctx, folder, args["command"], chosen)
+    if not sandboxed or chosen.network:
+        # It could fetch a page, and what it prints reaches the model: the chat is marked
+        # as a page's reader is, before it runs. If that can't be written down, it doesn't run.
+        taint_outside(
+            conversation=ctx.conversation,
+            cause=Cause.command_network(sandboxed=sandboxed, turn=ctx.turn, step=ctx.step_id),
+        )
     known = known_secrets(agent)
     try:
         text = _run_and_wait(

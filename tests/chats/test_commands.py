@@ -22,7 +22,7 @@ from django.db import connection
 from django.urls import reverse
 
 from chats import processes
-from chats.models import AuthProfile, EntryRole, Step, Turn, TurnState
+from chats.models import AuthProfile, Conversation, EntryRole, Step, Taint, Turn, TurnState
 from chats.quoting import REDACTED
 from chats.runtime.runner import Runner, drain
 from chats.runtime.turns import (
@@ -685,8 +685,14 @@ def test_a_stopped_command_gets_sigterm_first_so_it_can_tidy_up(ctx, mode, marke
     assert processes_running(marker) == []
 
 
+@pytest.mark.django_db(transaction=True)
 def test_a_command_stopped_from_another_thread_gets_sigterm_first_too(ctx, mode, marker, workspace):
-    """The Stop button's way in: the command's waiter is busy, another thread asks."""
+    """The Stop button's way in: the command's waiter is busy, another thread asks.
+
+    Without the sandbox the command could reach the network, so its waiter's thread marks
+    the chat before it starts: a write another thread can make only outside a test's
+    transaction.
+    """
     os.mkfifo(workspace / "ready.fifo")
     ended: list[str] = []
 
@@ -716,6 +722,9 @@ def test_a_command_stopped_from_another_thread_gets_sigterm_first_too(ctx, mode,
     waiter.join(30)
     assert ended == ["Stopped here."]
     assert (workspace / "tidy.txt").read_text() == "tidied\n"
+    plain = mode == sandbox.SANDBOX_OFF
+    taint = Conversation.objects.get(pk=ctx.conversation.pk).taint
+    assert taint == (Taint.UNTRUSTED if plain else Taint.NONE)
 
 
 def test_a_command_that_runs_too_long_is_stopped_with_everything_it_started(

@@ -7,13 +7,25 @@ from __future__ import annotations
 import pytest
 
 from chats.engines.openai_compat import messages_for
-from chats.models import Entry, EntryKind, Mode, Origin, StandingOk, Step, Taint, TurnState
+from chats.models import (
+    Entry,
+    EntryKind,
+    Mode,
+    Origin,
+    StandingOk,
+    Step,
+    Taint,
+    TaintCause,
+    TurnState,
+)
 from chats.runtime.runner import drain
 from chats.runtime.standing import Scope, _covers, command_start
 from chats.runtime.stepping import _transcript_loader
 from chats.runtime.turns import message_send, turn_approve, turn_deny
 from chats.taint import Cause, taint_raise
+from chats.tools import sandbox
 from tests.factories import ChatFactory
+from tests.rises import rises
 
 pytestmark = pytest.mark.django_db
 
@@ -145,7 +157,20 @@ def test_a_standing_ok_never_crosses_to_another_chat(owner, agent, workspace):
     assert not (workspace / "b.txt").exists()
 
 
-def test_a_command_standing_ok_covers_only_how_the_command_starts(owner, agent, workspace):
+@pytest.fixture
+def no_network(settings):
+    """Commands in the sandbox without the network, as the persona's are by default: they
+    read nothing from outside, so the chat stays the person's alone and its standing OKs
+    apply. (Where the sandbox doesn't work they are refused, never run without it.)"""
+    sandbox.sandbox_probe_forget()
+    settings.CONCH_SANDBOX = sandbox.SANDBOX_REQUIRED
+    yield
+    sandbox.sandbox_probe_forget()
+
+
+def test_a_command_standing_ok_covers_only_how_the_command_starts(
+    owner, agent, workspace, no_network
+):
     chat = asking_chat(owner, workspace, run("echo hi"), run("echo hi again"), run("echo there"))
 
     turn_approve(turn=waiting(chat), always=True)
@@ -170,6 +195,22 @@ def test_a_standing_ok_is_not_honoured_once_the_chat_has_read_something_from_out
 
     assert waiting(chat).pending_action["args"]["path"] == "b.txt"
     assert not (workspace / "b.txt").exists()
+
+
+def test_a_command_standing_ok_is_not_honoured_once_a_command_could_reach_the_network(
+    owner, agent, workspace, settings
+):
+    """Without the sandbox a command could have read a page: from then on the chat has read
+    something from outside, and the next command asks again."""
+    settings.CONCH_SANDBOX = sandbox.SANDBOX_OFF
+    chat = asking_chat(owner, workspace, run("echo hi"), run("echo hi again"))
+
+    turn_approve(turn=waiting(chat), always=True)
+    drain()
+
+    assert waiting(chat).pending_action["args"] == {"command": "echo hi again"}
+    assert waiting(chat).pending_action["careful"]["rise"] == rises(chat)[0].pk
+    assert rises(chat)[0].cause == TaintCause.COMMAND_NETWORK
 
 
 @pytest.fixture

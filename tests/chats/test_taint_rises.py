@@ -2,8 +2,9 @@
 happens (``chats.taint.taint_raise``), with its cause, in the rise's transaction.
 
 Each cause here is made to happen as it does for the person: a page read with
-fetch_page from a server on loopback, a task's result read with task_status, a
-task started by a chat that was careful. The causes of the gateway's doors are in
+fetch_page from a server on loopback, the same page read by a command that could reach
+the network (and not by one in the sandbox without it), a task's result read with
+task_status, a task started by a chat that was careful. The causes of the gateway's doors are in
 tests/gateway/test_taint_rises.py, and those of chats working together in
 tests/together/test_taint_rises.py.
 """
@@ -11,12 +12,17 @@ tests/together/test_taint_rises.py.
 from __future__ import annotations
 
 import pytest
+from django.db import close_old_connections
 
 from chats import events
-from chats.models import Conversation, Taint, TaintCause, TaintRise, Task
+from chats.models import Conversation, Step, Taint, TaintCause, TaintRise, Task
 from chats.runtime.runner import drain
-from chats.runtime.turns import message_send
+from chats.runtime.turns import message_send, turn_start
 from chats.taint import Cause, taint_raise
+from chats.timeline import chat_timeline
+from chats.tools import sandbox
+from chats.tools.registry import ToolContext, get_tool
+from tests.commands import command_fetching
 from tests.factories import ChatFactory
 from tests.rises import rises, shape, step_of
 
@@ -35,6 +41,10 @@ def fetch(url: str) -> dict:
 
 def say(words: str) -> dict:
     return {"say": words}
+
+
+def command_ok() -> dict:
+    return {"tool": "run_command", "args": {"command": "true"}}
 
 
 # ---------------------------------------------------------------------------
@@ -177,6 +187,173 @@ def test_a_task_of_a_chat_that_is_not_careful_has_no_timeline(owner, agent):
     message_send(conversation=chat, text="hand it on")
     drain()
     assert not TaintRise.objects.exists()
+
+
+# ---------------------------------------------------------------------------
+# A command that could reach the network: it may fetch a page, as fetch_page does
+
+
+@pytest.fixture
+def commands(settings):
+    """Whether bwrap works is asked afresh for each test here, and forgotten after it."""
+    sandbox.sandbox_probe_forget()
+    yield settings
+    sandbox.sandbox_probe_forget()
+
+
+@pytest.fixture
+def broken_bwrap(tmp_path, settings):
+    """A bwrap that never works, as in a container that forbids its namespaces."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    settings.CONCH_SANDBOX_BWRAP = str(fake)
+
+
+def taint_as_it_reads(site, chat: Conversation) -> None:
+    """Each request the site answers notes the chat's taint as the request came."""
+
+    def taint_now() -> dict:
+        try:
+            return {"taint": Conversation.objects.get(pk=chat.pk).taint}
+        finally:
+            close_old_connections()
+
+    site.on_request = taint_now
+
+
+def run_command_in(chat: Conversation, command: dict) -> Step:
+    """Play ``chat``'s reply, which runs ``command``, and give its step."""
+    Conversation.objects.filter(pk=chat.pk).update(script=[[command, say("Done.")]])
+    message_send(conversation=chat, text="check the notes")
+    drain()
+    return step_of(chat, "run_command")
+
+
+def timeline_words(chat: Conversation) -> list[str]:
+    return [row.did.text for row in chat_timeline(chat, viewer_id=chat.owner_id).rows]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_command_in_the_sandbox_with_the_network_is_written_down_before_it_runs(
+    owner, agent, site, commands, published
+):
+    commands.CONCH_SANDBOX = sandbox.SANDBOX_REQUIRED  # fails, not passes, where bwrap can't
+    agent.engine_config = {"command_network": True}
+    agent.save()
+    chat = ChatFactory(owner=owner, title="Check the notes")
+    taint_as_it_reads(site, chat)
+
+    step = run_command_in(chat, command_fetching(site.url("/notes")))
+
+    assert step.sandboxed and "Sync is faster." in step.result  # it did read the page
+    assert [r["taint"] for r in site.requests] == [Taint.UNTRUSTED]  # marked before it read
+    (rise,) = rises(chat)
+    assert shape(rise) == {
+        "before": Taint.NONE,
+        "after": Taint.UNTRUSTED,
+        "cause": TaintCause.COMMAND_NETWORK,
+        "url": "",
+        "path": "",
+        "source": None,
+        "source_taint": "",
+        "source_rise": None,
+        "turn": step.turn_id,
+        "step": step.pk,
+        "detail": {"sandboxed": True},
+    }
+    assert timeline_words(chat) == [
+        "ran a command that could reach the network "
+        "(in the sandbox, with the network its persona allows)"
+    ]
+    (raised,) = [e for e in published if e.data.get("taint") == Taint.UNTRUSTED]
+    assert raised.data["why"] == "ran a command that could reach the network"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_command_in_the_sandbox_without_the_network_raises_nothing(owner, agent, site, commands):
+    commands.CONCH_SANDBOX = sandbox.SANDBOX_REQUIRED
+    chat = ChatFactory(owner=owner, title="Check the notes")
+
+    step = run_command_in(chat, command_fetching(site.url("/notes")))
+
+    assert step.sandboxed and "Sync is faster." not in step.result  # it tried, and couldn't
+    assert step.result.startswith("exit status 1")
+    assert site.requests == []
+    assert rises(chat) == [] and Conversation.objects.get(pk=chat.pk).taint == Taint.NONE
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("way", ["off", "auto where bwrap fails"])
+def test_a_command_without_the_sandbox_is_written_down_before_it_runs(
+    owner, agent, site, commands, broken_bwrap, way
+):
+    commands.CONCH_SANDBOX = sandbox.SANDBOX_OFF if way == "off" else sandbox.SANDBOX_AUTO
+    chat = ChatFactory(owner=owner, title="Check the notes")
+    taint_as_it_reads(site, chat)
+
+    step = run_command_in(chat, command_fetching(site.url("/notes")))
+
+    assert not step.sandboxed and "Sync is faster." in step.result
+    assert [r["taint"] for r in site.requests] == [Taint.UNTRUSTED]
+    (rise,) = rises(chat)
+    assert (rise.cause, rise.after, rise.step_id, rise.detail) == (
+        TaintCause.COMMAND_NETWORK,
+        Taint.UNTRUSTED,
+        step.pk,
+        {"sandboxed": False},
+    )
+    assert timeline_words(chat) == [
+        "ran a command that could reach the network (without the sandbox)"
+    ]
+
+
+def test_a_command_whose_mark_cannot_be_written_does_not_run(
+    owner, agent, workspace, commands, monkeypatch
+):
+    from chats import taint as taint_module
+
+    commands.CONCH_SANDBOX = sandbox.SANDBOX_OFF
+    chat = ChatFactory(owner=owner, title="Touch")
+
+    def broken(**kwargs):
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(taint_module, "taint_rise_record", broken)
+    turn = turn_start(conversation=chat, started_by="person", text="go")
+    ctx = ToolContext(conversation=chat, turn=turn, folder=str(workspace))
+    with pytest.raises(RuntimeError):
+        get_tool("run_command").run(ctx, {"command": "touch ran.txt"})
+    assert not (workspace / "ran.txt").exists()
+    assert Conversation.objects.get(pk=chat.pk).taint == Taint.NONE
+
+
+def test_a_second_command_in_a_careful_chat_writes_nothing_more(owner, agent, site, commands):
+    commands.CONCH_SANDBOX = sandbox.SANDBOX_OFF
+    chat = ChatFactory(owner=owner, title="Twice", script=[[command_ok(), command_ok(), say("ok")]])
+    message_send(conversation=chat, text="go")
+    drain()
+    (rise,) = rises(chat)
+    assert rise.step_id == step_of(chat, "run_command").pk  # the first one's
+
+
+def test_a_chat_with_someone_elses_words_stays_as_careful_as_it_is(owner, agent, commands):
+    """Taint only grows: a command with the network in a chat with someone else's words
+    (in the sandbox, as commands always are there) runs, and writes no rise."""
+    commands.CONCH_SANDBOX = sandbox.SANDBOX_REQUIRED
+    agent.engine_config = {"command_network": True}
+    agent.save()
+    chat = ChatFactory(owner=owner, outsider=True, title="A stranger's chat")
+    before = rises(chat)
+    turn = turn_start(conversation=chat, started_by="person", text="go")
+    tool = get_tool("run_command")
+    ctx = ToolContext(conversation=chat, turn=turn, folder=agent.workspace, sandbox_required=True)
+
+    assert tool.run(ctx, {"command": "true"}).text == "exit status 0"
+    assert Conversation.objects.get(pk=chat.pk).taint == Taint.PERSON
+    assert rises(chat) == before
 
 
 # ---------------------------------------------------------------------------

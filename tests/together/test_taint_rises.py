@@ -3,7 +3,7 @@ a message from a careful chat taken in, a wait's answer, a task's result waited 
 another chat's words read with read_chat or search_chats.
 
 Each is played through the tools a chat's model calls, starting from a page read for real
-with fetch_page, and each record says where the care came from: the chat, its taint then,
+with fetch_page (or by a command that could reach the network), and each record says where the care came from: the chat, its taint then,
 and that chat's own rise, so the timeline can follow the path back to the page.
 """
 
@@ -13,6 +13,9 @@ import pytest
 
 from chats.models import Conversation, Taint, TaintCause, Task, Turn, counted_ids
 from chats.runtime.runner import drain
+from chats.timeline import chat_timeline
+from chats.tools import sandbox
+from tests.commands import command_fetching
 from tests.factories import ChatFactory
 from tests.rises import only_rise, rises, shape, step_of
 from tests.together.conftest import look, message, wait_chat
@@ -69,6 +72,58 @@ def test_a_message_from_a_careful_chat_is_written_down_when_it_is_taken_in(live,
         "detail": {"message": msg.message_id},
     }
     assert (page_rise.cause, page_rise.url) == (TaintCause.PAGE, site.url("/release.html"))
+
+
+def test_a_message_from_a_chat_that_ran_a_command_with_the_network_carries_its_care(
+    live, site, settings
+):
+    """A fetched the page with a command, not fetch_page, and messaged B: B is as careful
+    as a page's reader's message makes it, and its timeline names the command."""
+    settings.CONCH_SANDBOX = sandbox.SANDBOX_OFF  # the command could reach the network
+    b = ChatFactory(title="Write the changelog", script=[[look(), {"say": "ok"}]])
+    a = ChatFactory(
+        title="Curl the release page",
+        script=[
+            [
+                command_fetching(site.url("/release.html")),
+                message(b, "The page says sync is twice as fast."),
+                {"say": "Sent."},
+            ]
+        ],
+    )
+    live.start(a)
+    drain()
+    assert "Sync is twice as fast." in step_of(a, "run_command").result
+    assert rises(b) == []  # not yet: it hasn't read it
+    live.start(b, text="next")
+    drain()
+
+    command_rise = only_rise(a)
+    assert (command_rise.cause, command_rise.detail) == (
+        TaintCause.COMMAND_NETWORK,
+        {"sandboxed": False},
+    )
+    msg = ChatMessage.objects.get()
+    assert shape(only_rise(b)) == {
+        "before": Taint.NONE,
+        "after": Taint.UNTRUSTED,
+        "cause": TaintCause.MESSAGE,
+        "url": "",
+        "path": "",
+        "source": a.pk,
+        "source_taint": Taint.UNTRUSTED,
+        "source_rise": command_rise.pk,
+        "turn": msg.read_in_turn_id,
+        "step": None,
+        "detail": {"message": msg.message_id},
+    }
+    (row,) = chat_timeline(b, viewer_id=b.owner_id).rows
+    assert [(hop.chat.title, hop.had.text) for hop in row.path] == [
+        (
+            "Curl the release page",
+            "had run a command that could reach the network (without the sandbox)",
+        )
+    ]
 
 
 def test_a_wait_that_wakes_on_a_careful_chat_is_written_down_with_the_path_behind_it(live, site):

@@ -146,6 +146,23 @@ def test_a_careful_chat_has_the_badge_in_its_header_and_it_opens_the_timeline(si
     assert f'<time datetime="{rise.at.astimezone(UTC).isoformat()}'[:-6] in row
 
 
+def test_a_command_that_could_reach_the_network_is_a_row_of_its_own(signed_in, chat):
+    turn = TurnFactory(conversation=chat, ended=True)
+    step = StepFactory(turn=turn, tool="run_command", family="running a command")
+    taint_raise(
+        conversation=chat,
+        taint=Taint.UNTRUSTED,
+        cause=Cause.command_network(sandboxed=False, turn=turn, step=step.pk),
+    )
+    chat.refresh_from_db()
+
+    menu = trust_menu(page(signed_in, chat))
+
+    row = region(menu, f"rise-{latest(chat).pk}")
+    assert "It ran a command that could reach the network (without the sandbox)." in text_of(row)
+    assert f'<a href="#step-{step.pk}" data-trust-goes>Go to the step</a>' in row
+
+
 def test_a_chat_with_someone_elses_words_says_so_on_its_badge(signed_in, chat):
     read_page(chat)
     someone_elses_words_came(conversation=chat, who="4242", channel="telegram")
