@@ -469,7 +469,9 @@ async def drive(
     for number, (chat, answer, written) in measured.items():
         event = _first_event(clocks, chat, answer, number)
         if event is not None:
-            to_event.append((event - written) * 1000)
+            # The model server notes a word once its write is flushed, and Conch may hear
+            # it before that: a word's way to the event is then nothing, not below zero.
+            to_event.append(max(0.0, (event - written) * 1000))
         for tab in live:
             if tab.showing != chat:
                 continue
