@@ -320,6 +320,10 @@ def words_of(data: dict | None) -> Words | None:
     return Words(turn=data["turn"], text=str(data.get("text", "")), wait=str(data.get("wait", "")))
 
 
+# The marker kind of a push of words (render_words): no number of its own.
+WORDS_KIND = "words"
+
+
 def render_words(*, words: Words) -> str:
     """What the tabs showing a chat are pushed for its running reply's words, the same
     bytes for each, and no database read: the marker of a push that takes no number
@@ -327,10 +331,6 @@ def render_words(*, words: Words) -> str:
     marker = render_region("seq", {"seq": events.UNNUMBERED, "seq_kind": WORDS_KIND, "oob": True})
     context = {"turn_number": words.turn, "text": words.text, "wait": words.wait, "oob": True}
     return f"{marker}\n{render_region('reply-text', context)}"
-
-
-# The marker kind of a push of words (render_words): no number of its own.
-WORDS_KIND = "words"
 
 
 @dataclass
