@@ -191,6 +191,44 @@ def test_dismissing_a_held_message_turns_its_card_dismissed_and_starts_nothing(
     assert receiver.inbound == Inbound.REFUSE
 
 
+def test_a_cards_menu_opened_stays_open_when_the_transcript_is_pushed_again(
+    tab, sign_in, conch_server, owner, agent, workspace
+):
+    """A card's ⋯ menu, opened, stays open when a push brings the transcript again (here,
+    another chat's message arriving): conch-keys.js finds it again by its id. Its form
+    still closes it."""
+    sender, receiver = held_pair(owner, agent, workspace)
+    other = ChatFactory(
+        owner=owner,
+        agent=agent,
+        folder=workspace,
+        reply=[{"tool": "message_chat", "args": {"chat": receiver.public_id, "text": "And me."}}],
+        title="Roll out 2.4",
+    )
+    page = tab.page
+    sign_in(tab)
+    open_chat(tab, conch_server, receiver)
+    message_send(conversation=sender, text="Ask the login chat to run its tests")
+    cards = message_card(page)
+    expect(cards.locator(".badge")).to_have_text("held for you")
+    menu = cards.first.locator("details.card-menu")
+    menu.locator("summary").click()
+    expect(menu).to_have_attribute("open", "")
+    # Marks the transcript as it is now: a push's is new, without the mark.
+    page.locator("#transcript").evaluate("transcript => transcript.dataset.seen = 'yes'")
+
+    message_send(conversation=other, text="Tell the login chat too")
+
+    expect(cards).to_have_count(2)
+    expect(page.locator("#transcript[data-seen]")).to_have_count(0)
+    expect(menu).to_have_attribute("open", "")
+    expect(cards.nth(1).locator("details.card-menu")).not_to_have_attribute("open", "")
+
+    menu.get_by_role("button", name="Turn them away").click()
+    expect(page.locator("#inbound-menu summary .tag")).to_have_text("Turn them away")
+    expect(menu).not_to_have_attribute("open", "")
+
+
 def test_pass_it_on_and_dismiss_leave_focus_on_the_next_held_message_then_the_message_box(
     tab, sign_in, conch_server, owner, agent, workspace
 ):

@@ -702,7 +702,7 @@ def test_the_menu_on_a_card_that_came_here_sets_this_chats_setting(signed_in, tw
     came = message_card(page(signed_in, receiver), message)
     sent = message_card(page(signed_in, sender), message)
 
-    assert '<details class="menu card-menu">' in came
+    assert f'<details class="menu card-menu" id="message-{message.message_id}-menu">' in came
     assert inbound_buttons(came, receiver) == [
         ("accept", "true"),
         ("hold", "false"),
@@ -854,6 +854,62 @@ def test_a_transcript_of_thirty_cards_of_each_kind_costs_what_one_costs(
         html = signed_in.get(url).content.decode()
     assert html.count('class="card ') == 150
     assert html.count(">Pass it on</button>") == 30
+
+
+class _Ids(HTMLParser):
+    """Every id on the page, and the ids of the menus inside a region the socket pushes again."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[str] = []
+        self.inside = 0  # depth of the pushed region being read; 0 outside one
+        self.ids: list[str] = []
+        self.pushed_menus: list[str | None] = []
+
+    def handle_starttag(self, tag, attrs):
+        names = dict(attrs)
+        if names.get("id"):
+            self.ids.append(names["id"])
+        if not self.inside and names.get("id") in regions.CHAT_REGIONS:
+            self.inside = len(self.stack) + 1
+        if self.inside and tag == "details" and "menu" in (names.get("class") or "").split():
+            self.pushed_menus.append(names.get("id"))
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        while self.stack and self.stack.pop() != tag:
+            pass
+        if self.inside and len(self.stack) < self.inside:
+            self.inside = 0
+
+
+def test_a_page_of_many_cards_has_each_id_once_and_each_pushed_menu_one(
+    signed_in, owner, workspace
+):
+    """conch-keys.js keeps the menus open in a region pushed again by finding them by id:
+    a card's ⋯ menu without one closed at every push of the transcript, and two of one id
+    would open the wrong one (and leave the page invalid)."""
+    chat = ChatFactory(owner=owner, folder=workspace, title="Cards")
+    others = (
+        ChatFactory(owner=owner, folder=workspace, title="Sender"),
+        ChatFactory(owner=owner, folder=workspace, title="Receiver"),
+    )
+    add_cards(chat, others, 30)
+    parser = _Ids()
+
+    parser.feed(page(signed_in, chat))
+
+    assert parser.ids.count("transcript") == 1
+    twice = sorted({i for i in parser.ids if parser.ids.count(i) > 1})
+    assert twice == []
+    card_menus = [
+        m for m in parser.pushed_menus if m and m.endswith("-menu") and m.startswith("message-")
+    ]
+    assert len(card_menus) == 30  # one ⋯ on each card that came here
+    assert None not in parser.pushed_menus
 
 
 # ---------------------------------------------------------------------------
