@@ -55,6 +55,18 @@ def published():
 
 
 @pytest.fixture
+def broken_bwrap(tmp_path, settings):
+    """A bwrap that never works, as in a container that forbids its namespaces."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    settings.CONCH_SANDBOX_BWRAP = str(fake)
+    return fake
+
+
+@pytest.fixture
 def outside_site(settings):
     """Pages served on loopback for one test (``site.page(path, body)``), which fetch_page
     may read here: the outside a chat reads, for the tests of what reading it does."""

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import socket
-import stat
 import tempfile
 import threading
 import uuid
@@ -484,17 +483,6 @@ def test_a_sandboxed_command_is_recorded_as_one(agent, sandboxed):
     assert step.sandboxed is True
     assert step.process_group
     assert step.result == "exit status 0"
-
-
-@pytest.fixture
-def broken_bwrap(tmp_path, settings):
-    fake = tmp_path / "bwrap"
-    fake.write_text(
-        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
-    )
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    settings.CONCH_SANDBOX_BWRAP = str(fake)
-    return fake
 
 
 def test_required_refuses_to_run_a_command_where_the_sandbox_does_not_work(

@@ -201,17 +201,6 @@ def commands(settings):
     sandbox.sandbox_probe_forget()
 
 
-@pytest.fixture
-def broken_bwrap(tmp_path, settings):
-    """A bwrap that never works, as in a container that forbids its namespaces."""
-    fake = tmp_path / "bwrap"
-    fake.write_text(
-        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
-    )
-    fake.chmod(0o755)
-    settings.CONCH_SANDBOX_BWRAP = str(fake)
-
-
 def taint_as_it_reads(site, chat: Conversation) -> None:
     """Each request the site answers notes the chat's taint as the request came."""
 

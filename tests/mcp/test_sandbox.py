@@ -28,16 +28,6 @@ def _probe_afresh():
     sandbox.sandbox_probe_forget()
 
 
-@pytest.fixture
-def broken_bwrap(tmp_path, settings):
-    fake = tmp_path / "bwrap"
-    fake.write_text(
-        "#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n"
-    )
-    fake.chmod(0o755)
-    settings.CONCH_SANDBOX_BWRAP = str(fake)
-
-
 def the_server(mark: str) -> int:
     """The server itself (node), inside whatever it runs in."""
     [pid] = [
