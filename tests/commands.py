@@ -101,3 +101,21 @@ def kill_all(marker: str) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def drain_in_a_thread(worker: str) -> threading.Thread:
+    """A runner on a thread of its own, running the chats' replies as ``worker``, so the
+    test's thread is free to stop, delete or watch them meanwhile."""
+    from django.db import connection
+
+    from chats.runtime.runner import drain
+
+    def drive() -> None:
+        try:
+            drain(worker=worker)
+        finally:
+            connection.close()
+
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    return driver

@@ -17,7 +17,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from django.urls import reverse
 
 from chats import processes
@@ -35,6 +34,7 @@ from chats.tools import sandbox
 from chats.tools.registry import ToolContext, ToolError, get_tool, validate_args
 from tests.commands import (
     PYTHON,
+    drain_in_a_thread,
     kill_all,
     processes_running,
     sleep_marker,
@@ -566,18 +566,6 @@ def _long_command(marker: str) -> str:
     return f"echo ready > ready.fifo; sleep {marker}; echo late > proof.txt"
 
 
-def _drive_in_a_thread(worker: str) -> threading.Thread:
-    def target() -> None:
-        try:
-            drain(worker=worker)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
-
-
 def _started(workspace: Path, marker: str) -> list[int]:
     assert wait_for_fifo(workspace / "ready.fifo", timeout=60) == "ready", "the command never ran"
     # The shell said it is ready; its sleep is one fork and exec away.
@@ -591,7 +579,7 @@ def test_stop_ends_the_running_command_and_everything_it_started(agent, workspac
     os.mkfifo(workspace / "ready.fifo")
     chat = ChatFactory(reply=[command(_long_command(marker)), say("After.")])
     message_send(conversation=chat, text="go")
-    driver = _drive_in_a_thread("stop-test")
+    driver = drain_in_a_thread("stop-test")
     pids = _started(workspace, marker)
 
     conversation_stop(conversation=chat)
@@ -617,7 +605,7 @@ def test_a_stop_pressed_in_another_process_ends_the_command_at_the_runners_next_
     os.mkfifo(workspace / "ready.fifo")
     chat = ChatFactory(reply=[command(_long_command(marker)), say("After.")])
     message_send(conversation=chat, text="go")
-    driver = _drive_in_a_thread("cross-process-test")
+    driver = drain_in_a_thread("cross-process-test")
     pids = _started(workspace, marker)
 
     conversation_stop(conversation=chat)
@@ -633,7 +621,7 @@ def test_deleting_a_chat_ends_its_running_command(agent, workspace, marker):
     os.mkfifo(workspace / "ready.fifo")
     chat = ChatFactory(reply=[command(_long_command(marker))])
     message_send(conversation=chat, text="go")
-    driver = _drive_in_a_thread("delete-test")
+    driver = drain_in_a_thread("delete-test")
     pids = _started(workspace, marker)
 
     conversation_delete(conversation=chat)
@@ -825,7 +813,7 @@ def test_without_the_sandbox_stop_ends_what_left_the_group_with_setsid(
     escape = f"setsid sleep {marker} > /dev/null 2>&1 < /dev/null &"
     chat = ChatFactory(reply=[command(f"{escape} {_long_command(marker)}"), say("After.")])
     message_send(conversation=chat, text="go")
-    driver = _drive_in_a_thread("setsid-test")
+    driver = drain_in_a_thread("setsid-test")
     pids = _started(workspace, marker)
     wait_until(lambda: len(processes_running(marker)) >= 2, timeout=30, what="both sleeps")
     pids = processes_running(marker)

@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -50,6 +49,7 @@ from chats.tools.registry import (
     tools_offered,
 )
 from chats.toolsets import tool_set_for
+from tests.commands import drain_in_a_thread
 from tests.factories import ChatFactory, TurnFactory, agent_admin_form
 from tests.scaleout.processes import wait_until
 
@@ -459,20 +459,6 @@ def test_in_ask_mode_the_person_sees_the_server_the_tool_and_its_arguments_first
     assert "mcp-server" in page and "odd" in page and "&quot;seconds&quot;: 0.2" in page
 
 
-def _driving(*, worker: str) -> threading.Thread:
-    """A runner on a thread of its own, running the chat's reply as ``worker``."""
-
-    def drive() -> None:
-        try:
-            drain(worker=worker)
-        finally:
-            connection.close()
-
-    driver = threading.Thread(target=drive, daemon=True)
-    driver.start()
-    return driver
-
-
 @pytest.mark.django_db(transaction=True)
 def test_stop_ends_a_running_call(agent, owner, calls, workspace):
     odd_server(agent, calls)
@@ -483,7 +469,7 @@ def test_stop_ends_a_running_call(agent, owner, calls, workspace):
     )
     message_send(conversation=chat, text="go")
 
-    driver = _driving(worker="mcp-stop")
+    driver = drain_in_a_thread("mcp-stop")
     wait_until(lambda: "slow" in calls_made(calls), timeout=30, what="the call to start")
     started = time.monotonic()
     conversation_stop(conversation=chat)
@@ -506,7 +492,7 @@ def test_progress_shows_as_the_steps_progress(agent, owner, calls, workspace):
     )
     message_send(conversation=chat, text="go")
 
-    driver = _driving(worker="mcp-progress")
+    driver = drain_in_a_thread("mcp-progress")
     said = wait_until(
         lambda: (
             Step.objects.filter(turn__conversation=chat, ended_at__isnull=True)
