@@ -9,8 +9,7 @@
  * - A rise's own link to its step or its message's card closes the timeline, which
  *   would cover it, and goes there, opening the earlier version of a reply that holds it.
  * - The header is swapped in again at each push: a timeline the person opened stays
- *   open, on that chat's page (another chat's page, swapped in by a card's link, starts
- *   with its own closed).
+ *   open, as every open menu with an id does (conch-keys.js).
  *
  * No inline script, no eval: the page's Content-Security-Policy forbids both.
  */
@@ -19,12 +18,6 @@
 
   var body = document.body;
   var MENU = 'trust-menu';
-  var openOn = null; // the chat whose timeline the person has open
-
-  function shownChat() {
-    var shell = document.getElementById('shell');
-    return shell ? shell.getAttribute('data-chat') : null;
-  }
 
   function goTo(target) {
     for (var node = target; node; node = node.parentElement) {
@@ -43,17 +36,5 @@
     var menu = document.getElementById(MENU);
     if (menu) { menu.open = false; }
     goTo(target);
-  });
-
-  // "toggle" does not bubble: listen while it goes down.
-  document.addEventListener('toggle', function (evt) {
-    if (evt.target && evt.target.id === MENU) { openOn = evt.target.open ? shownChat() : null; }
-  }, true);
-
-  body.addEventListener('htmx:oobAfterSwap', function (evt) {
-    var target = evt.detail.target;
-    if (!target || target.id !== 'chat-title' || !openOn || openOn !== shownChat()) { return; }
-    var menu = document.getElementById(MENU);
-    if (menu) { menu.open = true; }
   });
 })();
